@@ -1,0 +1,38 @@
+"""Multi-head attention: a readable NumPy reference and a fast torch module.
+
+Dimension legend, used in every shape comment of headlab:
+
+====== =====================================================
+``B``  batch
+``T``  query positions
+``S``  key/value positions
+``H``  query heads
+``Hkv`` key/value heads (``H`` for MHA, fewer for GQA, 1 for MQA)
+``G``  query heads per key/value head, ``H // Hkv``
+``D``  head width (``head_dim``)
+``E``  model width (``d_model``)
+====== =====================================================
+
+Internal layout everywhere: q ``(B, H, T, D)``, k/v ``(B, Hkv, S, D)``, pattern ``(B, H, T, S)``,
+head output ``(B, H, T, D)``, head contribution ``(B, H, T, E)``.
+
+Mask convention (one for every mask headlab takes): **boolean, True means "may attend"** (the
+convention of ``torch.nn.functional.scaled_dot_product_attention`` and of Hugging Face's
+``attention_mask``). Note that it is the opposite of ``torch.nn.MultiheadAttention``'s
+``key_padding_mask``, where True means "ignore".
+"""
+
+from headlab.attention.kv_cache import KVCache
+from headlab.attention.masks import causal_mask
+from headlab.attention.module import AttentionOutput, MultiHeadAttention
+from headlab.attention.reference import HeadWeights, ReferenceResult, reference_attention
+
+__all__ = [
+    "AttentionOutput",
+    "HeadWeights",
+    "KVCache",
+    "MultiHeadAttention",
+    "ReferenceResult",
+    "causal_mask",
+    "reference_attention",
+]

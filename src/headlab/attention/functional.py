@@ -1,0 +1,117 @@
+"""Attention math as free functions: the fused path and the explicit path, same results.
+
+``attend`` computes ``softmax(q k^T * scale + mask) v`` for every head (Vaswani et al. 2017,
+eq. 1), with grouped key/value heads (Ainslie et al. 2023: query head ``h`` reads key/value head
+``h // G``). It takes torch's fused ``scaled_dot_product_attention`` when nothing per-head is
+needed, and the explicit path when the attention weights must be returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from headlab.attention.masks import causal_mask
+
+_FAST_PATH_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttendResult:
+    """What :func:`attend` returns.
+
+    Attributes:
+        head_outputs: ``(B, H, T, D)``, each head's weighted sum of values.
+        weights: ``(B, H, T, S)`` attention weights, or ``None`` when not requested.
+        why_not_fast_path: ``None`` when the fused kernel ran, else the reason it did not.
+    """
+
+    head_outputs: torch.Tensor
+    weights: torch.Tensor | None
+    why_not_fast_path: str | None
+
+
+def repeat_kv(x: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Expand key/value heads to query heads: ``(B, Hkv, S, D) -> (B, Hkv * G, S, D)``.
+
+    Query head ``h`` reads key/value head ``h // G``, so each key/value head is repeated ``G``
+    times in place (not tiled).
+    """
+    if n_groups == 1:
+        return x
+    return x.repeat_interleave(n_groups, dim=1)  # (B, H, S, D)
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None,
+    scale: float,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    causal_top_left: bool = False,
+) -> AttendResult:
+    """Scaled dot-product attention for all heads.
+
+    Args:
+        q: queries ``(B, H, T, D)``.
+        k: keys ``(B, Hkv, S, D)``; ``H`` must be a multiple of ``Hkv``.
+        v: values ``(B, Hkv, S, D)``.
+        mask: boolean, broadcastable to ``(B, H, T, S)``, True = may attend; ``None`` for none.
+        scale: multiplies the scores, usually ``1 / sqrt(D)``.
+        dropout_p: dropout on the attention weights (0 in eval).
+        need_weights: also return the ``(B, H, T, S)`` weights (explicit path).
+        causal_top_left: the caller's mask is exactly the plain causal mask with ``T == S``
+            (lets the fused kernel use its own causal mode).
+
+    A query row whose keys are all masked gets zero weights and a zero output.
+    """
+    n_heads, n_kv_heads = q.shape[1], k.shape[1]
+    n_groups = n_heads // n_kv_heads
+
+    # Rows with no key to attend would be NaN after softmax. Let them see every key (so nothing
+    # is NaN, in the forward or the backward pass), then zero them.
+    empty_rows: torch.Tensor | None = None
+    if mask is not None and not causal_top_left:
+        has_key = mask.any(dim=-1, keepdim=True)  # (1|B, 1|H, T, 1)
+        empty_rows = ~has_key
+        mask = mask | empty_rows
+
+    if need_weights:
+        reason = "per-head attention weights requested"
+        if causal_top_left:
+            mask = causal_mask(q.shape[2], k.shape[2], device=q.device)  # (T, S)
+        k_full, v_full = repeat_kv(k, n_groups), repeat_kv(v, n_groups)  # (B, H, S, D)
+        scores = torch.matmul(q, k_full.transpose(-2, -1)) * scale  # (B, H, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)  # (B, H, T, S), each row sums to 1
+        if empty_rows is not None:
+            weights = weights.masked_fill(empty_rows, 0.0)
+        dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+        head_outputs = torch.matmul(dropped, v_full)  # (B, H, T, D)
+        return AttendResult(head_outputs=head_outputs, weights=weights, why_not_fast_path=reason)
+
+    kwargs = {}
+    if n_groups > 1:
+        if _FAST_PATH_GQA:
+            kwargs["enable_gqa"] = True
+        else:  # older torch: expand the key/value heads ourselves
+            k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
+    head_outputs = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=None if causal_top_left else mask,
+        dropout_p=dropout_p,
+        is_causal=causal_top_left,
+        scale=scale,
+        **kwargs,
+    )  # (B, H, T, D)
+    if empty_rows is not None:
+        head_outputs = head_outputs.masked_fill(empty_rows, 0.0)
+    return AttendResult(head_outputs=head_outputs, weights=None, why_not_fast_path=None)

@@ -1,0 +1,69 @@
+"""The ``headlab`` command line: a thin layer over the library.
+
+``main(argv) -> int`` parses, dispatches to one module per command, and maps errors to exit
+codes in one place: 0 success, 1 a headlab error (one line on stderr; the traceback with ``-v``),
+2 a usage error. Data goes to stdout, logs and progress to stderr. Nothing here imports torch
+before a command that needs it runs, so ``headlab --help`` and ``headlab spec`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from headlab import __version__
+from headlab.cli import spec
+from headlab.errors import HeadlabError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+COMMANDS = (spec,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headlab",
+        description="Multi-head attention, opened up: see, measure and prune every head.",
+    )
+    parser.add_argument("--version", action="version", version=f"headlab {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log progress and show tracebacks"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 0 for --help/--version, 2 for usage errors
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.handler(args))
+    except HeadlabError as exc:
+        if args.verbose:
+            raise
+        print(f"headlab: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("headlab: interrupted", file=sys.stderr)
+        return 130
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Shared output helpers of the CLI: JSON to stdout, tables through rich, human units."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def emit_json(data: Any) -> None:
+    """Write ``data`` as indented JSON to stdout."""
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def console() -> Any:
+    """A rich console on stdout (rich honours NO_COLOR and plain pipes)."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def human_bytes(n: float) -> str:
+    """``131072`` -> ``"128.0 KiB"``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def human_count(n: float) -> str:
+    """``1342177280`` -> ``"1.34 G"``."""
+    value = float(n)
+    for unit in ("", " k", " M", " G", " T"):
+        if abs(value) < 1000 or unit == " T":
+            return f"{value:.0f}" if unit == "" else f"{value:.2f}{unit}"
+        value /= 1000
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,118 @@
+"""``headlab spec``: a model's heads in numbers, from its config.json alone (no torch)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from headlab.cli._output import console, emit_json, human_bytes, human_count
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "spec",
+        help="head layout, KV cache and attention FLOPs from a config.json",
+        description=(
+            "Read a model's head layout from its config.json (a file, a model folder, or a "
+            "model name from the bundled catalog) and report layers x heads, KV heads, head "
+            "width, patterns per forward, KV-cache bytes and attention FLOPs."
+        ),
+    )
+    p.add_argument(
+        "model", nargs="?", help="catalog name (e.g. Llama-3.1-8B), config.json or model folder"
+    )
+    p.add_argument("--compare", nargs="+", metavar="MODEL", help="several models side by side")
+    p.add_argument("--list", action="store_true", help="list the bundled catalog")
+    p.add_argument(
+        "--context", type=int, default=8192, help="context length in tokens (default 8192)"
+    )
+    p.add_argument(
+        "--dtype",
+        default="bf16",
+        help="KV-cache dtype: fp32, fp16, bf16, fp8, int8, int4 (default bf16)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=run)
+
+
+def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    heads = f"{d['n_layers']} x {d['n_heads']}"
+    if d["heads_per_layer"]:
+        heads = (
+            f"{d['n_layers']} layers, {min(d['heads_per_layer'])}-{max(d['heads_per_layer'])} heads"
+        )
+    window = "none"
+    if d["sliding_window_layers"]:
+        window = (
+            f"{d['sliding_window_layers']} of {d['n_layers']} layers, window {d['sliding_window']}"
+        )
+    rows = [
+        ("layers x heads", heads),
+        ("KV heads", f"{d['n_kv_heads']}  ({d['kind']})"),
+        ("head width x heads", f"{d['head_dim']} x {d['n_heads']} (model width {d['d_model']})"),
+        ("patterns per forward", f"{d['attention_patterns']:,}"),
+        (
+            "attention parameters",
+            f"{d['attention_params']:,} ({human_count(d['attention_params'])})",
+        ),
+        (
+            "KV cache per token",
+            f"{d['kv_cache_bytes_per_token']:,} B "
+            f"({human_bytes(d['kv_cache_bytes_per_token'])}, {d['dtype']})",
+        ),
+        (f"KV cache at {d['context']:,} tokens", human_bytes(d["kv_cache_bytes"])),
+        (
+            f"attention FLOPs per token at {d['context']:,}",
+            human_count(d["attention_flops_per_token"]),
+        ),
+        ("sliding window", window),
+    ]
+    m = d["mla"]
+    latent = (
+        f"kv {m['kv_lora_rank']}, q {m['q_lora_rank']}, rope {m['qk_rope_head_dim']}" if m else "-"
+    )
+    rows.insert(3, ("latent ranks (MLA)", latent))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from headlab.errors import InputError
+    from headlab.spec import catalog, compute_spec, layout_from_config, resolve
+
+    if args.list:
+        if args.json:
+            emit_json([{"name": e.name, "source": e.source} for e in catalog()])
+            return 0
+        table = Table(title="headlab spec catalog")
+        for col in ("name", "kind", "layers x heads", "source"):
+            table.add_column(col)
+        for e in catalog():
+            lay = layout_from_config(e.config)
+            table.add_row(e.name, lay.kind, f"{lay.n_layers} x {lay.n_heads}", e.source)
+        console().print(table)
+        return 0
+    names = list(args.compare or []) + ([args.model] if args.model else [])
+    if not names:
+        raise InputError("give a model name or config.json, or use --list / --compare A B")
+    specs = []
+    for name in names:
+        label, config = resolve(name)
+        spec = compute_spec(layout_from_config(config), context=args.context, dtype=args.dtype)
+        specs.append({"model": label, **spec.as_dict()})
+    if args.json:
+        emit_json(specs if args.compare else specs[0])
+        return 0
+    table = Table(title=None if args.compare else f"{specs[0]['model']}: heads in numbers")
+    table.add_column("")
+    for d in specs:
+        table.add_column(str(d["model"]) if args.compare else "", overflow="fold")
+    all_rows = [_rows(d) for d in specs]
+    any_mla = any(d["mla"] for d in specs)
+    for i, (label, _) in enumerate(all_rows[0]):
+        if label.startswith("latent") and not any_mla:
+            continue
+        table.add_row(label, *[rows[i][1] for rows in all_rows])
+    console().print(table)
+    return 0

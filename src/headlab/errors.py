@@ -1,0 +1,48 @@
+"""Errors raised by headlab.
+
+Every error a user can cause derives from :class:`HeadlabError`, and each subclass also derives
+from the closest builtin exception, so ``except ValueError`` keeps working for callers that do
+not know headlab. Messages are one line and name what was expected and what came in.
+"""
+
+from __future__ import annotations
+
+
+class HeadlabError(Exception):
+    """Base class of every error headlab raises on purpose."""
+
+
+class ConfigError(HeadlabError, ValueError):
+    """A configuration (constructor arguments, config.json) is inconsistent or incomplete."""
+
+
+class ShapeError(HeadlabError, ValueError):
+    """A tensor has the wrong shape or dtype for the call it was passed to."""
+
+
+class MaskError(ShapeError):
+    """A mask has the wrong shape or dtype."""
+
+
+class PruningError(HeadlabError, ValueError):
+    """A pruning request cannot be carried out (every head removed, an invalid GQA layout...)."""
+
+
+class ModelLoadError(HeadlabError, OSError):
+    """A model folder is missing, incomplete, corrupt or in a refused format."""
+
+
+class UnsupportedModelError(HeadlabError, NotImplementedError):
+    """The model's architecture has no headlab adapter."""
+
+
+class InputError(HeadlabError, ValueError):
+    """User input (text, words, options) cannot be used as given."""
+
+
+class DataFormatError(HeadlabError, ValueError):
+    """A data file (CoNLL-U, TSV, JSON) is malformed; the message names the file and line."""
+
+
+class OutputExistsError(HeadlabError, FileExistsError):
+    """An output path exists and overwriting was not asked for."""

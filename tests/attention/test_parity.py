@@ -1,0 +1,101 @@
+"""headlab's module against torch.nn.MultiheadAttention and against the NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from headlab.attention import HeadWeights, MultiHeadAttention, reference_attention
+
+TOL = 1e-10
+
+
+def _torch_pair(d_model: int, n_heads: int, bias: bool, seed: int = 0):
+    torch.manual_seed(seed)
+    theirs = nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True).double().eval()
+    # torch initialises the input bias to zero; make it matter.
+    if bias:
+        with torch.no_grad():
+            theirs.in_proj_bias.normal_()
+            theirs.out_proj.bias.normal_()
+    ours = MultiHeadAttention.from_torch(theirs).eval()
+    return theirs, ours
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("masking", ["none", "padding", "causal", "attn_mask"])
+def test_matches_torch_multihead_attention(bias: bool, masking: str) -> None:
+    theirs, ours = _torch_pair(24, 4, bias)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 7, 24, dtype=torch.float64, generator=g)
+    kwargs_theirs: dict = {}
+    kwargs_ours: dict = {}
+    if masking == "padding":
+        real = torch.ones(3, 7, dtype=torch.bool)
+        real[1, 5:] = False
+        real[2, 2:] = False
+        kwargs_theirs["key_padding_mask"] = ~real  # torch: True = ignore
+        kwargs_ours["key_padding_mask"] = real  # headlab: True = real token
+    elif masking == "causal":
+        allowed = torch.ones(7, 7, dtype=torch.bool).tril()
+        kwargs_theirs["attn_mask"] = ~allowed
+        kwargs_ours["is_causal"] = True
+    elif masking == "attn_mask":
+        allowed = torch.rand(7, 7, generator=g) > 0.4
+        allowed[:, 0] = True  # every query keeps a key (torch gives NaN otherwise)
+        kwargs_theirs["attn_mask"] = ~allowed
+        kwargs_ours["attn_mask"] = allowed
+    out_t, w_t = theirs(x, x, x, need_weights=True, average_attn_weights=False, **kwargs_theirs)
+    res = ours.inspect(x, **kwargs_ours)
+    torch.testing.assert_close(res.output, out_t, atol=TOL, rtol=0)
+    torch.testing.assert_close(res.weights, w_t, atol=TOL, rtol=0)
+    # the fused path gives the same output
+    fast = ours(x, **kwargs_ours)
+    torch.testing.assert_close(fast, out_t, atol=TOL, rtol=0)
+
+
+def test_cross_attention_matches_torch() -> None:
+    theirs, ours = _torch_pair(16, 2, True, seed=3)
+    q = torch.randn(2, 4, 16, dtype=torch.float64)
+    kv = torch.randn(2, 9, 16, dtype=torch.float64)
+    out_t, w_t = theirs(q, kv, kv, need_weights=True, average_attn_weights=False)
+    res = ours.inspect(q, kv)
+    torch.testing.assert_close(res.output, out_t, atol=TOL, rtol=0)
+    torch.testing.assert_close(res.weights, w_t, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads", "head_dim"), [(4, 4, 6), (6, 2, 5), (4, 1, 8)])
+@pytest.mark.parametrize("cross", [False, True])
+def test_module_matches_numpy_reference(
+    n_heads: int, n_kv_heads: int, head_dim: int, cross: bool
+) -> None:
+    torch.manual_seed(n_heads * 10 + n_kv_heads)
+    mha = MultiHeadAttention(
+        d_model=20, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim, dtype=torch.float64
+    )
+    with torch.no_grad():
+        mha.in_proj.bias.normal_()
+    weights = HeadWeights.from_module(mha)
+    x = torch.randn(2, 5, 20, dtype=torch.float64)
+    kv = torch.randn(2, 7, 20, dtype=torch.float64) if cross else None
+    s = 7 if cross else 5
+    allowed = torch.rand(2, 5, s) > 0.3
+    allowed[0, 2] = False  # one query with no key at all: defined as zeros
+    res = mha.inspect(x, kv, attn_mask=allowed)
+    for b in range(2):
+        ref = reference_attention(
+            x[b].numpy(), None if kv is None else kv[b].numpy(), weights, mask=allowed[b].numpy()
+        )
+        np.testing.assert_allclose(res.output[b].detach().numpy(), ref.output, atol=TOL, rtol=0)
+        np.testing.assert_allclose(res.weights[b].detach().numpy(), ref.weights, atol=TOL, rtol=0)
+        np.testing.assert_allclose(
+            res.head_outputs[b].detach().numpy(), ref.head_outputs, atol=TOL, rtol=0
+        )
+        np.testing.assert_allclose(
+            res.contributions[b].detach().numpy(), ref.contributions, atol=TOL, rtol=0
+        )
+    # a query with no key left attends nowhere: zero weights, and its output is the bias alone
+    assert torch.all(res.weights[0, :, 2] == 0)
+    torch.testing.assert_close(res.output[0, 2], mha.out_proj.bias.detach(), atol=TOL, rtol=0)

@@ -1,0 +1,61 @@
+"""The CLI's contract: exit codes, one-line errors, --version, and the spec command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from headlab import __version__
+from headlab.cli import main
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert __version__ in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert "spec" in capsys.readouterr().out
+
+
+def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "--context", "many"]) == 2
+    assert "invalid int value" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_headlab_error_is_one_line_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "no-such-model"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("headlab: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_verbose_shows_the_traceback() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "headlab", "-v", "spec", "no-such-model"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1
+    assert "Traceback" in out.stderr and "InputError" in out.stderr
+
+
+def test_help_does_not_import_torch() -> None:
+    code = (
+        "import sys; from headlab.cli import main; main(['--help']); "
+        "assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_spec_compare_and_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "--compare", "gpt2", "Llama-3.1-8B", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [d["model"] for d in both] == ["gpt2", "Llama-3.1-8B"]
+    assert main(["spec", "--list"]) == 0
+    listing = capsys.readouterr().out
+    assert "DeepSeek-V3" in listing and "MLA" in listing
+    assert main(["spec", "gpt2", "--dtype", "fp64"]) == 1
+    assert "unknown dtype 'fp64'" in capsys.readouterr().err

@@ -1,0 +1,158 @@
+"""headlab spec: formulas against values worked by hand, the catalog, and bad configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headlab.errors import ConfigError, DataFormatError, InputError, ModelLoadError
+from headlab.spec import catalog, compute_spec, layout_from_config, load_spec
+
+
+def test_llama_31_8b_kv_cache_per_token_by_hand() -> None:
+    # 32 layers x 8 KV heads x 128 wide x 2 (K and V) x 2 bytes (bf16)
+    spec = load_spec("Llama-3.1-8B", dtype="bf16", context=8192)
+    assert spec.kv_cache_bytes_per_token == 32 * 8 * 128 * 2 * 2 == 131_072
+    assert spec.kv_cache_bytes == 131_072 * 8192  # 1 GiB at 8k context
+    assert spec.layout.kind == "GQA (G=4)"
+    assert spec.attention_patterns == 32 * 32 == 1024
+
+
+def test_gpt2_small_computes_144_patterns() -> None:
+    spec = load_spec("gpt2")
+    assert spec.attention_patterns == 144
+    # fp32 cache: 12 layers x 12 heads x 64 x 2 x 4 bytes
+    assert load_spec("gpt2", dtype="fp32").kv_cache_bytes_per_token == 12 * 12 * 64 * 2 * 4
+
+
+def test_mla_cache_follows_the_latent_rank() -> None:
+    spec = load_spec("DeepSeek-V3", dtype="bf16")
+    # (kv_lora_rank 512 + rope 64) x 2 bytes x 61 layers, far less than 128 full heads would need
+    assert spec.kv_cache_bytes_per_token == (512 + 64) * 2 * 61
+    assert spec.layout.kind == "MLA"
+    full_heads = 61 * 128 * (128 + 64 + 128) * 2
+    assert spec.kv_cache_bytes_per_token < full_heads / 50
+
+
+def test_attention_params_and_flops_by_hand() -> None:
+    # BERT-base attention: 4 x 768 x 768 weights + 4 x 768 biases per layer, 12 layers
+    spec = load_spec("bert-base-uncased", context=128)
+    per_layer = 4 * 768 * 768 + 4 * 768
+    assert spec.attention_params == 12 * per_layer
+    weights = 4 * 768 * 768
+    assert spec.attention_flops_per_token == 12 * (2 * weights + 2 * 12 * 64 * 128 * 2)
+
+
+def test_mqa_and_explicit_head_dim() -> None:
+    falcon = load_spec("falcon-7b")
+    assert (falcon.layout.n_heads, falcon.layout.n_kv_heads, falcon.layout.kind) == (71, 1, "MQA")
+    assert falcon.layout.head_dim == 64  # 4544 / 71
+    gemma = load_spec("gemma-2-9b")
+    assert gemma.layout.head_dim == 256 != gemma.layout.d_model // gemma.layout.n_heads
+
+
+def test_sliding_windows_limit_the_cache() -> None:
+    mistral = load_spec("Mistral-7B-v0.1", context=32768)
+    assert mistral.kv_cache_bytes == 131_072 * 4096  # every layer keeps its last 4096 tokens
+    gemma3 = load_spec("gemma-3-4b-pt", context=32768)  # nested text_config, 5 local : 1 global
+    windows = gemma3.layout.layer_windows
+    assert sum(w is None for w in windows) == 34 // 6
+    per_layer = 4 * 256 * 2 * 2
+    expected = sum(per_layer * (32768 if w is None else 1024) for w in windows)
+    assert gemma3.kv_cache_bytes == expected
+    qwen = load_spec("Qwen2.5-7B", context=32768)  # sliding_window present but disabled
+    assert all(w is None for w in qwen.layout.layer_windows)
+
+
+def test_spellings_are_normalised() -> None:
+    base = {"n_layer": 2, "n_head": 4, "n_embd": 64}
+    assert layout_from_config(base).head_dim == 16
+    distil = layout_from_config({"n_layers": 2, "n_heads": 4, "dim": 64})
+    assert distil.n_heads == 4
+    per_layer = layout_from_config(
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 8,
+            "hidden_size": 64,
+            "headlab_heads_per_layer": [8, 4],
+            "head_dim": 8,
+        }
+    )
+    assert compute_spec(per_layer).attention_patterns == 12
+
+
+def test_every_catalog_entry_parses_and_names_its_source() -> None:
+    entries = catalog()
+    assert len(entries) >= 25
+    names = {e.name for e in entries}
+    for required in (
+        "gpt2",
+        "gpt2-medium",
+        "gpt2-large",
+        "gpt2-xl",
+        "Llama-3.1-405B",
+        "Mistral-7B-v0.1",
+        "DeepSeek-V3",
+        "falcon-40b",
+        "all-MiniLM-L6-v2",
+    ):
+        assert required in names
+    for e in entries:
+        spec = compute_spec(layout_from_config(e.config))
+        assert spec.attention_patterns > 0 and spec.kv_cache_bytes_per_token > 0
+        assert e.source
+
+
+def test_names_are_case_insensitive_and_misses_suggest() -> None:
+    assert load_spec("LLAMA-3.1-8b").layout.n_kv_heads == 8
+    with pytest.raises(InputError, match=r"did you mean.*Llama-3\.1-8B"):
+        load_spec("llama-3.1-8")
+
+
+def test_bad_configs_get_one_line_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataFormatError, match=r"bad.json: not valid JSON \(line 1"):
+        load_spec(str(bad))
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64}))
+    with pytest.raises(ConfigError, match=r"no number of attention heads .*num_attention_heads"):
+        load_spec(str(partial))
+    with pytest.raises(ModelLoadError, match="no config file"):
+        load_spec(str(tmp_path / "missing.json"))
+    with pytest.raises(ConfigError, match=r"n_heads \(6\) must be divisible by n_kv_heads \(4\)"):
+        layout_from_config({"n_layer": 1, "n_head": 6, "num_key_value_heads": 4, "n_embd": 12})
+
+
+def test_cli_json_and_no_torch(tmp_path: Path) -> None:
+    code = (
+        "import sys, json, io, contextlib\n"
+        "from headlab.cli import main\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n"
+        "    rc = main(['spec', 'Llama-3.1-8B', '--json'])\n"
+        "assert rc == 0\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'out': json.loads(buf.getvalue())}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout)
+    assert result["torch"] is False
+    spec = result["out"]
+    for key in (
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "head_dim",
+        "d_model",
+        "attention_patterns",
+        "attention_params",
+        "kv_cache_bytes_per_token",
+        "kv_cache_bytes",
+        "attention_flops_per_token",
+    ):
+        assert key in spec
+    assert spec["kv_cache_bytes_per_token"] == 131_072

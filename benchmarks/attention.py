@@ -1,0 +1,135 @@
+"""headlab's MultiHeadAttention against torch.nn.MultiheadAttention, in one run.
+
+Prints, per shape (B, T, d_model, heads): forward and forward+backward times of both modules,
+with and without per-head weights, the ratio headlab / torch (target <= 1.0), and the no-weights
+forward's FLOP rate as a share of a float32 GEMM measured on the same machine in the same run
+(target >= 70%).
+
+    python benchmarks/attention.py [--repeats 20] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from headlab.attention import MultiHeadAttention
+
+SHAPES = [(8, 128, 384, 12), (1, 1024, 768, 12), (4, 512, 1024, 16)]
+
+
+def timeit(fn: Callable[[], object], repeats: int) -> float:
+    """Median seconds of ``fn`` over ``repeats`` runs, after two warm-up runs."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compare(a: Callable[[], object], b: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median seconds of ``a`` and ``b``, timed alternately so that both see the same machine."""
+    for _ in range(2):
+        a()
+        b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, times in ((a, ta), (b, tb)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def gemm_rate(repeats: int) -> float:
+    """float32 GEMM rate (FLOP/s) on a 2048 x 1024 x 1024 product."""
+    a, b = torch.randn(2048, 1024), torch.randn(1024, 1024)
+    seconds = timeit(lambda: a @ b, repeats)
+    return 2 * 2048 * 1024 * 1024 / seconds
+
+
+def forward_flops(b: int, t: int, e: int) -> float:
+    """Projections (q, k, v, out) plus scores and weighted values."""
+    return 4 * 2 * b * t * e * e + 2 * 2 * b * t * t * e
+
+
+def bench_shape(b: int, t: int, e: int, h: int, repeats: int) -> dict[str, float]:
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(e, h, batch_first=True).eval()
+    ours = MultiHeadAttention.from_torch(theirs).eval()
+    x = torch.randn(b, t, e)
+    xg = x.clone().requires_grad_(True)
+    res: dict[str, float] = {}
+
+    with torch.inference_mode():
+        res["torch_fwd"], res["ours_fwd"] = compare(
+            lambda: theirs(x, x, x, need_weights=False), lambda: ours(x), repeats
+        )
+        res["torch_fwd_w"], res["ours_fwd_w"] = compare(
+            lambda: theirs(x, x, x, need_weights=True, average_attn_weights=False),
+            lambda: ours.inspect(x, need_head_outputs=False, need_contributions=False),
+            repeats,
+        )
+
+    def torch_fb(weights: bool) -> None:
+        out, w = theirs(xg, xg, xg, need_weights=weights, average_attn_weights=False)
+        (out.sum() + (w.sum() if w is not None else 0)).backward()
+
+    def ours_fb(weights: bool) -> None:
+        r = ours.inspect(
+            xg, need_weights=weights, need_head_outputs=False, need_contributions=False
+        )
+        (r.output.sum() + (r.weights.sum() if r.weights is not None else 0)).backward()
+
+    res["torch_fb"], res["ours_fb"] = compare(
+        lambda: torch_fb(False), lambda: ours_fb(False), repeats
+    )
+    res["torch_fb_w"], res["ours_fb_w"] = compare(
+        lambda: torch_fb(True), lambda: ours_fb(True), repeats
+    )
+    res["flops"] = forward_flops(b, t, e)
+    return res
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    rate = gemm_rate(args.repeats)  # measured again after the shapes; the higher one is kept
+    results = [(shape, bench_shape(*shape, args.repeats)) for shape in SHAPES]
+    rate = max(rate, gemm_rate(args.repeats))
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''} | torch {torch.__version__} "
+        f"| threads {torch.get_num_threads()} | fp32 GEMM {rate / 1e9:.0f} GFLOP/s"
+    )
+    print("| B, T, E, H | mode | torch ms | headlab ms | headlab/torch | fwd GFLOP/s (% of GEMM) |")
+    print("|---|---|---|---|---|---|")
+    for (b, t, e, h), r in results:
+        for key, label in (
+            ("fwd", "forward, no weights"),
+            ("fwd_w", "forward, per-head weights"),
+            ("fb", "fwd+bwd, no weights"),
+            ("fb_w", "fwd+bwd, per-head weights"),
+        ):
+            tt, oo = r[f"torch_{key}"], r[f"ours_{key}"]
+            extra = ""
+            if key == "fwd":
+                achieved = r["flops"] / oo
+                extra = f"{achieved / 1e9:.0f} ({100 * achieved / rate:.0f}%)"
+            print(
+                f"| {b}, {t}, {e}, {h} | {label} | {tt * 1e3:.2f} | {oo * 1e3:.2f} "
+                f"| {oo / tt:.2f} | {extra} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""``headlab heads``: where one word's attention goes, in every head of a model."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from headlab.cli._output import console, emit_json
+
+LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "heads",
+        help="where a word's attention goes, head by head",
+        description=(
+            "Run a sentence through a model (default: the bundled all-MiniLM-L6-v2) and print, "
+            "for every head, the three words a chosen word attends to most. Weights are "
+            "word-level (Clark et al. 2019: sum over a word's tokens, mean over the attending "
+            "word's tokens); the share going to special tokens such as [CLS]/[SEP] is shown apart."
+        ),
+    )
+    p.add_argument(
+        "text", nargs="?", default=LESSON_SENTENCE, help="the sentence (default: the lesson's)"
+    )
+    p.add_argument("--word", default="prepared", help="the attending word (default: prepared)")
+    p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
+    p.add_argument(
+        "--layer", type=int, action="append", help="only this layer (0-based; repeatable)"
+    )
+    p.add_argument("--head", type=int, action="append", help="only this head (0-based; repeatable)")
+    p.add_argument("--top", type=int, default=3, help="words per head (default 3)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from headlab.errors import InputError
+    from headlab.models import load, word_attention
+
+    if args.top < 1:
+        raise InputError(f"--top must be at least 1, got {args.top}")
+    if not args.verbose:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    lm = load(args.model)
+    layers = args.layer or list(range(lm.n_layers))
+    for layer in layers:
+        if not 0 <= layer < lm.n_layers:
+            raise InputError(
+                f"--layer {layer} out of range: {lm.name} has layers 0..{lm.n_layers - 1}"
+            )
+    heads = args.head or list(range(lm.n_heads))
+    for head in heads:
+        if not 0 <= head < lm.n_heads:
+            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{lm.n_heads - 1}")
+    wa = word_attention(lm, args.text, layers=layers)
+    wa.alignment.word_index(args.word)  # a clear error if the word is missing
+    rows = []
+    for layer in layers:
+        for head in heads:
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "top": [
+                        {"word": w, "weight": round(x, 4)}
+                        for w, x in wa.top(layer, head, args.word, args.top)
+                    ],
+                    "special": round(wa.special_mass(layer, head, args.word), 4),
+                }
+            )
+    if args.json:
+        emit_json({"model": lm.name, "text": args.text, "word": args.word, "heads": rows})
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"{lm.name}: where {args.word!r} attends", caption=args.text)
+    for col in ("layer", "head", f"top {args.top} words (weight)", "to [CLS]/[SEP]"):
+        table.add_column(col)
+    for r in rows:
+        words = ", ".join(f"{t['word']} {t['weight']:.2f}" for t in r["top"])
+        table.add_row(str(r["layer"]), str(r["head"]), words, f"{r['special']:.2f}")
+    console().print(table)
+    return 0

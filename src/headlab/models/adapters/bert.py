@@ -1,0 +1,23 @@
+"""BERT family: BERT, RoBERTa, XLM-R, MiniLM (all-MiniLM-L6-v2 is a BertModel).
+
+Each ``encoder.layer[i].attention`` holds ``self`` (queries, keys, values; calls the attention
+interface) and ``output.dense`` (the output projection), followed by a residual LayerNorm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headlab.models.adapters.base import Adapter, LayerHandles
+
+
+class BertAdapter(Adapter):
+    family = "bert"
+    model_types = ("bert", "roberta", "xlm-roberta", "camembert")
+    causal = False
+
+    def layers(self, base_model: Any) -> list[LayerHandles]:
+        return [
+            LayerHandles(attention=layer.attention.self, out_proj=layer.attention.output.dense)
+            for layer in base_model.encoder.layer
+        ]

@@ -1,0 +1,76 @@
+"""One sentence's word-level attention, and mean head outputs for mean-ablation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from headlab.models.capture import HeadCapture
+from headlab.models.loading import LoadedModel
+from headlab.models.runner import encode, run_corpus
+from headlab.models.words import Alignment, align, word_pattern
+
+
+@dataclass(frozen=True, kw_only=True)
+class WordAttention:
+    """Word-level attention of one sentence.
+
+    Attributes:
+        alignment: the sentence's words and tokens.
+        patterns: ``{layer: (H, W, W)}``; row ``i`` is where word ``i``'s attention goes.
+    """
+
+    alignment: Alignment
+    patterns: dict[int, torch.Tensor]
+
+    def top(
+        self, layer: int, head: int, word: str, k: int = 3, *, include_special: bool = False
+    ) -> list[tuple[str, float]]:
+        """The ``k`` words ``word`` attends to most in ``layer``/``head``, with their weights."""
+        row = self.patterns[layer][head, self.alignment.word_index(word)]  # (W,)
+        order = torch.argsort(row, descending=True).tolist()
+        picked = [j for j in order if include_special or not self.alignment.is_special[j]][:k]
+        return [(self.alignment.words[j], float(row[j])) for j in picked]
+
+    def special_mass(self, layer: int, head: int, word: str) -> float:
+        """Share of ``word``'s attention that goes to special tokens."""
+        row = self.patterns[layer][head, self.alignment.word_index(word)]
+        mask = torch.tensor(self.alignment.is_special)
+        return float(row[mask].sum())
+
+
+def word_attention(
+    lm: LoadedModel, text: str, *, layers: Iterable[int] | None = None
+) -> WordAttention:
+    """Run ``text`` once and return its word-level attention for ``layers`` (default all)."""
+    alignment = align(lm.tokenizer, text=text, max_tokens=lm.max_positions)
+    inputs = encode(lm, [alignment.text])
+    with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:
+        lm.model(**inputs)
+    patterns = {layer: word_pattern(cap.pattern(layer)[0], alignment) for layer in cap.records}
+    return WordAttention(alignment=alignment, patterns=patterns)
+
+
+def mean_head_outputs(
+    lm: LoadedModel, texts: Sequence[str], *, batch_tokens: int = 4096
+) -> dict[int, torch.Tensor]:
+    """Mean output ``(H, D)`` of every head over all real tokens of ``texts`` (for mean-ablation)."""
+    sums: dict[int, torch.Tensor] = {}
+    count = 0
+
+    def consume(batch: object) -> None:
+        nonlocal count
+        from headlab.models.runner import Batch
+
+        assert isinstance(batch, Batch)
+        real = batch.inputs["attention_mask"].bool()  # (B, T)
+        count += int(real.sum())
+        for layer in range(lm.n_layers):
+            out = batch.capture.head_output(layer)  # (B, H, T, D)
+            total = (out * real[:, None, :, None]).sum(dim=(0, 2)).double()  # (H, D)
+            sums[layer] = sums.get(layer, 0) + total
+
+    run_corpus(lm, list(texts), consume, batch_tokens=batch_tokens, record_head_outputs=True)
+    return {layer: (s / count).float() for layer, s in sums.items()}

@@ -1,0 +1,270 @@
+"""Capture every head of a real model: patterns, outputs, contributions; ablate any heads.
+
+Inside ``with HeadCapture(lm) as cap:`` one forward pass of ``lm.model`` records, per layer:
+
+=============================== ====================== =========================================
+key (:meth:`HeadCapture.activations`) shape                  what
+=============================== ====================== =========================================
+``layers.{l}.attn.q``           ``(B, H, T, D)``       queries as attention sees them (post-rotary)
+``layers.{l}.attn.k``           ``(B, Hkv, S, D)``     keys (GQA not expanded)
+``layers.{l}.attn.v``           ``(B, Hkv, S, D)``     values (GQA not expanded)
+``layers.{l}.attn.head_output`` ``(B, H, T, D)``       each head's slice of the output projection's
+                                                       input (the concatenation)
+``layers.{l}.attn.pattern``     ``(B, H, T, S)``       recomputed on demand (:meth:`pattern`)
+``layers.{l}.attn.contribution`` ``(B, H, T, E)``      each head through its columns of the output
+                                                       projection (:meth:`contributions`)
+=============================== ====================== =========================================
+
+Patterns are recomputed from the captured queries and keys with the model's own mask and
+scaling, only for the layers and heads asked for: no eager attention, and no full
+layers x heads x T x T tensor. Hooks are always removed on exit; without ablation the model's
+outputs are bit-identical to an unhooked run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from headlab.errors import InputError
+from headlab.models.interface import observe
+from headlab.models.loading import LoadedModel
+
+
+@dataclass(kw_only=True)
+class LayerRecord:
+    """What one layer's attention call and output projection saw."""
+
+    q: torch.Tensor | None = None  # (B, H, T, D)
+    k: torch.Tensor | None = None  # (B, Hkv, S, D)
+    v: torch.Tensor | None = None  # (B, Hkv, S, D)
+    mask: torch.Tensor | None = None  # bool (B|1, 1|H, T, S) True = attend, or additive float
+    is_causal: bool = False
+    scaling: float = 1.0
+    head_output: torch.Tensor | None = None  # (B, H, T, D)
+
+
+def _normalise_heads(
+    spec: Mapping[int, Iterable[int]] | None, lm: LoadedModel
+) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for layer, heads in (spec or {}).items():
+        if not 0 <= int(layer) < lm.n_layers:
+            raise InputError(
+                f"layer {layer} out of range: the model has layers 0..{lm.n_layers - 1}"
+            )
+        hs = sorted({int(h) for h in heads})
+        bad = [h for h in hs if not 0 <= h < lm.layout.heads_per_layer[int(layer)]]
+        if bad:
+            raise InputError(
+                f"heads {bad} out of range: layer {layer} has heads 0..{lm.layout.heads_per_layer[int(layer)] - 1}"
+            )
+        out[int(layer)] = hs
+    return out
+
+
+def attention_pattern(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    scaling: float,
+    heads: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scaling + mask) for the chosen heads, in float32.
+
+    Shape:
+        q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``; returns ``(B, h, T, S)``.
+    """
+    n_heads, n_kv = q.shape[1], k.shape[1]
+    idx = (
+        torch.arange(n_heads, device=q.device)
+        if heads is None
+        else torch.as_tensor(list(heads), device=q.device)
+    )
+    q_sel = q.index_select(1, idx).float()  # (B, h, T, D)
+    k_sel = k.index_select(1, idx // (n_heads // n_kv)).float()  # (B, h, S, D)
+    scores = torch.matmul(q_sel, k_sel.transpose(-2, -1)) * scaling  # (B, h, T, S)
+    t, s = scores.shape[-2:]
+    if mask is not None:
+        m = mask
+        if m.dim() == 4 and m.shape[1] not in (1, idx.numel()):
+            m = m.index_select(1, idx)
+        if m.dtype == torch.bool:
+            scores = scores.masked_fill(~m, float("-inf"))
+        else:
+            scores = scores + m.float()
+    elif is_causal:
+        allowed = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)  # (T, S)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.nan_to_num(weights, nan=0.0)  # rows with no visible key: zeros
+
+
+class HeadCapture:
+    """Context manager that captures (and optionally ablates) heads during forward passes.
+
+    Args:
+        lm: a :class:`~headlab.models.loading.LoadedModel`.
+        layers: layers to record (default: all).
+        record_queries_keys: keep q and k (needed for patterns).
+        record_head_outputs: keep each head's output.
+        ablate: ``{layer: [heads]}`` to remove from the output projection's input.
+        ablation: ``"zero"`` (replace with zeros) or ``"mean"`` (replace with ``means``).
+        means: ``{layer: (H, D) tensor}`` mean head outputs, for mean-ablation.
+
+    Example:
+        >>> from headlab.models import load, HeadCapture, encode
+        >>> lm = load()
+        >>> batch = encode(lm, ["The chef prepared the fish."])
+        >>> with HeadCapture(lm) as cap:
+        ...     _ = lm.model(**batch)
+        >>> cap.pattern(0).shape  # (B, H, T, S)
+        torch.Size([1, 12, 8, 8])
+    """
+
+    def __init__(
+        self,
+        lm: LoadedModel,
+        *,
+        layers: Iterable[int] | None = None,
+        record_queries_keys: bool = True,
+        record_head_outputs: bool = True,
+        ablate: Mapping[int, Iterable[int]] | None = None,
+        ablation: Literal["zero", "mean"] = "zero",
+        means: Mapping[int, torch.Tensor] | None = None,
+    ) -> None:
+        self.lm = lm
+        self.layers = list(range(lm.n_layers)) if layers is None else sorted(set(layers))
+        _normalise_heads({layer: [] for layer in self.layers}, lm)
+        self.record_queries_keys = record_queries_keys
+        self.record_head_outputs = record_head_outputs
+        self.ablate = _normalise_heads(ablate, lm)
+        if ablation not in ("zero", "mean"):
+            raise InputError(f"ablation must be 'zero' or 'mean', got {ablation!r}")
+        if ablation == "mean":
+            missing = [layer for layer in self.ablate if means is None or layer not in means]
+            if missing:
+                raise InputError(f"mean-ablation needs mean head outputs for layers {missing}")
+        self.ablation = ablation
+        self.means = dict(means or {})
+        self.records: dict[int, LayerRecord] = {}
+        self._removers: list[Any] = []
+
+    # ------------------------------------------------------------------ hooks
+    def _attention_observer(self, layer: int) -> Any:
+        def record(
+            module: nn.Module,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            mask: Any,
+            kwargs: dict[str, Any],
+        ) -> None:
+            rec = self.records.setdefault(layer, LayerRecord())
+            rec.q, rec.k, rec.v = query.detach(), key.detach(), value.detach()
+            rec.mask = mask.detach() if isinstance(mask, torch.Tensor) else None
+            # the same rule as transformers' sdpa_attention_forward
+            causal_flag = kwargs.get("is_causal")
+            causal_flag = getattr(module, "is_causal", True) if causal_flag is None else causal_flag
+            rec.is_causal = bool(query.shape[2] > 1 and rec.mask is None and causal_flag)
+            scaling = kwargs.get("scaling")
+            rec.scaling = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+
+        return record
+
+    def _out_proj_hook(self, layer: int) -> Any:
+        n_heads = self.lm.layout.heads_per_layer[layer]
+        heads = self.ablate.get(layer, [])
+
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            x = args[0]  # (B, T, H*D)
+            split = x.view(*x.shape[:-1], n_heads, -1)  # (B, T, H, D)
+            if heads:
+                split = split.clone()
+                if self.ablation == "zero":
+                    split[..., heads, :] = 0
+                else:
+                    split[..., heads, :] = self.means[layer][heads].to(split.dtype)
+            if self.record_head_outputs and layer in self.layers:
+                rec = self.records.setdefault(layer, LayerRecord())
+                rec.head_output = split.detach().permute(0, 2, 1, 3)  # (B, H, T, D)
+            if heads:
+                return (split.reshape(x.shape), *args[1:])
+            return None
+
+        return hook
+
+    def __enter__(self) -> HeadCapture:
+        try:
+            for layer, handles in enumerate(self.lm.layers):
+                if self.record_queries_keys and layer in self.layers:
+                    self._removers.append(
+                        observe(handles.attention, self._attention_observer(layer))
+                    )
+                if (self.record_head_outputs and layer in self.layers) or layer in self.ablate:
+                    h = handles.out_proj.register_forward_pre_hook(self._out_proj_hook(layer))
+                    self._removers.append(h.remove)
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def _remove(self) -> None:
+        while self._removers:
+            self._removers.pop()()
+
+    def __exit__(self, *exc: object) -> None:
+        self._remove()
+
+    # ------------------------------------------------------------------ results
+    def _record(self, layer: int) -> LayerRecord:
+        if layer not in self.records:
+            raise InputError(f"layer {layer} was not captured (captured: {sorted(self.records)})")
+        return self.records[layer]
+
+    def pattern(self, layer: int, heads: Sequence[int] | None = None) -> torch.Tensor:
+        """Attention weights ``(B, h, T, S)`` of ``heads`` (default all) of ``layer``."""
+        rec = self._record(layer)
+        if rec.q is None or rec.k is None:
+            raise InputError("patterns need record_queries_keys=True")
+        return attention_pattern(
+            rec.q, rec.k, mask=rec.mask, is_causal=rec.is_causal, scaling=rec.scaling, heads=heads
+        )
+
+    def head_output(self, layer: int) -> torch.Tensor:
+        """Each head's output ``(B, H, T, D)`` (after ablation, as the output projection saw it)."""
+        rec = self._record(layer)
+        if rec.head_output is None:
+            raise InputError("head outputs need record_head_outputs=True")
+        return rec.head_output
+
+    def contributions(self, layer: int, heads: Sequence[int] | None = None) -> torch.Tensor:
+        """Each head's output through its columns of the output projection ``(B, h, T, E)``.
+
+        Summed over all heads plus the projection's bias, this is the projection's output.
+        """
+        out = self.head_output(layer)  # (B, H, T, D)
+        handles = self.lm.layers[layer]
+        w = self.lm.adapter.out_proj_weight(handles.out_proj)  # (E, H*D)
+        n_heads, d = out.shape[1], out.shape[3]
+        w = w.view(w.shape[0], n_heads, d)  # (E, H, D)
+        if heads is not None:
+            idx = torch.as_tensor(list(heads), device=out.device)
+            out, w = out.index_select(1, idx), w.index_select(1, idx)
+        return torch.einsum("bhtd,ehd->bhte", out, w.to(out.dtype))
+
+    def activations(self) -> dict[str, torch.Tensor]:
+        """Every recorded tensor under a plain dotted key (``layers.3.attn.q``...)."""
+        acts: dict[str, torch.Tensor] = {}
+        for layer, rec in sorted(self.records.items()):
+            for name in ("q", "k", "v", "head_output"):
+                value = getattr(rec, name)
+                if value is not None:
+                    acts[f"layers.{layer}.attn.{name}"] = value
+        return acts

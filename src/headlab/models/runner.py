@@ -1,0 +1,153 @@
+"""Run sentences or a whole corpus through a model, in length-sorted padded batches."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from headlab.errors import InputError
+from headlab.models.capture import HeadCapture
+from headlab.models.loading import LoadedModel
+from headlab.models.words import Alignment, align
+
+logger = logging.getLogger(__name__)
+
+
+def encode(lm: LoadedModel, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Tokenize ``texts`` into one padded batch on the model's device (errors if too long)."""
+    if not texts or any(not t.strip() for t in texts):
+        raise InputError("texts must be a non-empty list of non-empty strings")
+    limit = lm.max_positions
+    tok = lm.tokenizer
+    if tok.pad_token is None:  # GPT-2 style tokenizers have none; padding is masked anyway
+        tok.pad_token = tok.eos_token
+    batch = tok(list(texts), return_tensors="pt", padding=True, truncation=False)
+    if limit is not None and batch["input_ids"].shape[1] > limit:
+        raise InputError(
+            f"input is {batch['input_ids'].shape[1]} tokens long; {lm.name} takes at most {limit} "
+            "(shorten it: headlab does not truncate silently)"
+        )
+    batch.pop("token_type_ids", None) if lm.layout.model_type == "distilbert" else None
+    return {k: v.to(lm.device) for k, v in batch.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """One padded batch handed to a corpus consumer.
+
+    Attributes:
+        indices: position of each row's sentence in the corpus.
+        alignments: word alignment of each row.
+        inputs: the tokenized batch (``input_ids``, ``attention_mask``...).
+        capture: the :class:`HeadCapture` of this batch's forward pass.
+        lengths: real (unpadded) token count of each row.
+    """
+
+    indices: list[int]
+    alignments: list[Alignment]
+    inputs: dict[str, torch.Tensor]
+    capture: HeadCapture
+    lengths: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skipped:
+    """A sentence left out, and why."""
+
+    index: int
+    reason: str
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from rich.progress import Progress
+
+        progress = Progress(transient=True, console=None)
+        progress.console.file = sys.stderr
+        return progress
+    except Exception:  # pragma: no cover - rich is a dependency
+        return None
+
+
+def run_corpus(
+    lm: LoadedModel,
+    sentences: Iterable[Sequence[str] | str],
+    consume: Callable[[Batch], None],
+    *,
+    batch_tokens: int = 4096,
+    layers: Iterable[int] | None = None,
+    record_head_outputs: bool = False,
+    progress: bool = False,
+) -> list[Skipped]:
+    """Stream sentences (raw strings or lists of words) through the model.
+
+    Sentences are aligned to tokens, sorted by length and packed into padded batches of about
+    ``batch_tokens`` tokens; ``consume`` gets each :class:`Batch` while its capture is live and
+    should keep only what it needs, so memory does not grow with the corpus. Sentences that
+    cannot be aligned or are too long are skipped and returned with the reason.
+    """
+    limit = lm.max_positions
+    items: list[tuple[int, Alignment]] = []
+    skipped: list[Skipped] = []
+    for i, sentence in enumerate(sentences):
+        try:
+            if isinstance(sentence, str):
+                items.append((i, align(lm.tokenizer, text=sentence, max_tokens=limit)))
+            else:
+                items.append((i, align(lm.tokenizer, words=list(sentence), max_tokens=limit)))
+        except InputError as exc:
+            skipped.append(Skipped(index=i, reason=str(exc)))
+    items.sort(key=lambda item: item[1].n_tokens)
+    batches = list(_pack(items, batch_tokens))
+    bar = _progress(len(batches), progress and len(batches) > 1)
+    task = bar.add_task("sentences", total=len(items)) if bar else None
+    if bar:
+        bar.start()
+    try:
+        for chunk in batches:
+            texts = [a.text for _, a in chunk]
+            inputs = encode(lm, texts)
+            lengths = inputs["attention_mask"].sum(1).tolist()
+            with (
+                torch.inference_mode(),
+                HeadCapture(lm, layers=layers, record_head_outputs=record_head_outputs) as cap,
+            ):
+                lm.model(**inputs)
+            consume(
+                Batch(
+                    indices=[i for i, _ in chunk],
+                    alignments=[a for _, a in chunk],
+                    inputs=inputs,
+                    capture=cap,
+                    lengths=[int(n) for n in lengths],
+                )
+            )
+            if bar and task is not None:
+                bar.advance(task, len(chunk))
+    finally:
+        if bar:
+            bar.stop()
+    if skipped:
+        logger.info("skipped %d sentences", len(skipped))
+    return skipped
+
+
+def _pack(
+    items: list[tuple[int, Alignment]], batch_tokens: int
+) -> Iterator[list[tuple[int, Alignment]]]:
+    chunk: list[tuple[int, Alignment]] = []
+    for item in items:
+        longest = max([item[1].n_tokens] + [a.n_tokens for _, a in chunk])
+        if chunk and longest * (len(chunk) + 1) > batch_tokens:
+            yield chunk
+            chunk = []
+        chunk.append(item)
+    if chunk:
+        yield chunk

@@ -1,0 +1,152 @@
+"""Every adapter on tiny random models: capture, patterns, ablation, against independent oracles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tests.models.tiny import FAMILIES, build
+
+from headlab.models import HeadCapture, LoadedModel, encode, load
+
+TEXTS = [
+    "The chef who trained in Paris prepared the fish.",
+    "Short one.",
+    "A third sentence, of middling length",
+]
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
+    folder = build(request.param, tmp_path_factory.mktemp(request.param))
+    return request.param, folder
+
+
+@pytest.fixture(scope="module")
+def lm(family: tuple[str, Path]) -> LoadedModel:
+    return load(family[1])
+
+
+def _eager(folder: Path) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(
+        str(folder), local_files_only=True, attn_implementation="eager"
+    ).eval()
+
+
+def _sdpa(folder: Path) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
+
+
+def _padding_side(lm: LoadedModel) -> None:
+    lm.tokenizer.padding_side = "right"
+
+
+def test_patterns_equal_eager_attentions(lm: LoadedModel, family: tuple[str, Path]) -> None:
+    _padding_side(lm)
+    batch = encode(lm, TEXTS)
+    with torch.no_grad():
+        eager = _eager(family[1])(**batch, output_attentions=True)
+        with HeadCapture(lm) as cap:
+            lm.model(**batch)
+    real = batch["attention_mask"].bool()
+    assert len(eager.attentions) == lm.n_layers
+    for layer in range(lm.n_layers):
+        ours = cap.pattern(layer)
+        theirs = eager.attentions[layer]
+        assert ours.shape == theirs.shape
+        # compare every real query row (padded query rows are not used by anyone)
+        diff = (ours - theirs).abs()[real[:, None, :, None].expand_as(ours)]
+        assert diff.max() < 1e-5, f"{family[0]} layer {layer}: {diff.max()}"
+        # selected heads are the same rows of the full pattern
+        torch.testing.assert_close(cap.pattern(layer, heads=[1, 3]), ours[:, [1, 3]])
+
+
+def test_head_outputs_equal_pattern_times_values(lm: LoadedModel) -> None:
+    batch = encode(lm, TEXTS[:2])
+    with torch.no_grad(), HeadCapture(lm) as cap:
+        lm.model(**batch)
+    real = batch["attention_mask"].bool()
+    for layer in range(lm.n_layers):
+        rec = cap.records[layer]
+        pattern = cap.pattern(layer)  # (B, H, T, S)
+        groups = lm.n_heads // rec.v.shape[1]
+        values = rec.v.repeat_interleave(groups, dim=1).float()  # (B, H, S, D)
+        expected = pattern @ values
+        got = cap.head_output(layer)
+        mask = real[:, None, :, None].expand_as(got)
+        torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-4)
+
+
+def test_contributions_sum_to_the_output_projection(lm: LoadedModel) -> None:
+    batch = encode(lm, TEXTS[:1])
+    seen: dict[int, torch.Tensor] = {}
+    handle = lm.layers[0].out_proj.register_forward_hook(lambda m, a, out: seen.setdefault(0, out))
+    try:
+        with torch.no_grad(), HeadCapture(lm) as cap:
+            lm.model(**batch)
+    finally:
+        handle.remove()
+    bias = lm.adapter.out_proj_bias(lm.layers[0].out_proj)
+    total = cap.contributions(0).sum(1) + (0 if bias is None else bias)
+    torch.testing.assert_close(total, seen[0], atol=1e-5, rtol=1e-5)
+
+
+def test_hooks_leave_outputs_bit_identical(lm: LoadedModel, family: tuple[str, Path]) -> None:
+    batch = encode(lm, TEXTS)
+    with torch.no_grad():
+        reference = _sdpa(family[1])(**batch).last_hidden_state
+        plain = lm.model(**batch).last_hidden_state
+        with HeadCapture(lm) as cap:
+            hooked = lm.model(**batch).last_hidden_state
+        after = lm.model(**batch).last_hidden_state
+    assert torch.equal(plain, reference)
+    assert torch.equal(hooked, reference)
+    assert torch.equal(after, reference)
+    assert cap.records  # it did capture
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_ablation_equals_weight_surgery(
+    lm: LoadedModel, family: tuple[str, Path], mode: str
+) -> None:
+    """Independent oracle: removing head h from the output projection's input is the same as
+    zeroing its columns of the projection (zero) or moving W_h @ mean_h into the bias (mean)."""
+    ablate = {0: [1], lm.n_layers - 1: [0, 2]}
+    means = {layer: torch.randn(lm.n_heads, lm.head_dim) for layer in ablate}
+    batch = encode(lm, TEXTS)
+    with torch.no_grad(), HeadCapture(lm, ablate=ablate, ablation=mode, means=means):
+        ablated = lm.model(**batch).last_hidden_state
+    surgery = _sdpa(family[1])
+    from headlab.models import wrap
+
+    other = wrap(surgery, lm.tokenizer)
+    d = lm.head_dim
+    with torch.no_grad():
+        for layer, heads in ablate.items():
+            proj = other.layers[layer].out_proj
+            weight = other.adapter.out_proj_weight(proj)  # (E, H*D), a view for GPT-2's Conv1D
+            shift = torch.zeros(weight.shape[0])
+            for h in heads:
+                cols = slice(h * d, (h + 1) * d)
+                if mode == "mean":
+                    shift += weight[:, cols] @ means[layer][h]
+                weight[:, cols] = 0
+            if mode == "mean":
+                if proj.bias is None:  # Llama-family o_proj: give it a bias to absorb the mean
+                    proj.bias = torch.nn.Parameter(shift)
+                else:
+                    proj.bias += shift
+        expected = surgery(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(ablated[real], expected[real], atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        assert not torch.allclose(
+            ablated[real], lm.model(**batch).last_hidden_state[real], atol=1e-4
+        )

@@ -1,0 +1,152 @@
+"""Words from subword tokens, the corpus runner, and bad input on real loading paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tests.models.tiny import build
+
+from headlab.errors import ConfigError, InputError, ModelLoadError, UnsupportedModelError
+from headlab.models import (
+    HeadCapture,
+    align,
+    encode,
+    load,
+    run_corpus,
+    word_attention,
+    word_pattern,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory):
+    return load(build("bert", tmp_path_factory.mktemp("bert")))
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory):
+    return load(build("gpt2", tmp_path_factory.mktemp("gpt2")))
+
+
+def test_alignment_of_raw_text_and_of_given_words(tiny_bert) -> None:
+    a = align(tiny_bert.tokenizer, text="Unbelievably, the chef's fish was ok.")
+    plain = [w for w, s in zip(a.words, a.is_special, strict=True) if not s]
+    assert plain == ["Unbelievably", ",", "the", "chef's", "fish", "was", "ok", "."]
+    assert a.words[0] == "[CLS]" and a.words[-1] == "[SEP]"
+    assert a.n_tokens > len(a.words)  # "Unbelievably" is several word pieces
+    b = align(tiny_bert.tokenizer, words=["Unbelievably", ",", "the", "chef"])
+    assert [w for w, s in zip(b.words, b.is_special, strict=True) if not s] == [
+        "Unbelievably",
+        ",",
+        "the",
+        "chef",
+    ]
+
+
+def test_word_pattern_sums_to_words_and_averages_from_words(tiny_bert) -> None:
+    a = align(tiny_bert.tokenizer, text="Unbelievably good")
+    t = a.n_tokens
+    pattern = torch.softmax(torch.randn(3, t, t), -1)
+    words = word_pattern(pattern, a)
+    assert words.shape == (3, len(a.words), len(a.words))
+    torch.testing.assert_close(words.sum(-1), torch.ones(3, len(a.words)))
+    # NumPy-loop oracle: to a word = sum over its tokens; from a word = mean over its tokens
+    for i in range(len(a.words)):
+        rows = [k for k in range(t) if a.token_to_word[k] == i]
+        for j in range(len(a.words)):
+            cols = [k for k in range(t) if a.token_to_word[k] == j]
+            expected = pattern[0][rows][:, cols].sum(-1).mean()
+            torch.testing.assert_close(words[0, i, j], expected)
+
+
+def test_corpus_runner_batched_equals_unbatched(tiny_gpt2) -> None:
+    sentences = [
+        "one two three four five six",
+        "a b",
+        "The chef prepared the fish carefully today .",
+        ["Given", "words", "work", "too"],
+        "x",
+    ]
+    batched: dict[int, torch.Tensor] = {}
+    sizes: list[int] = []
+
+    def consume(batch) -> None:
+        sizes.append(len(batch.indices))
+        pat = batch.capture.pattern(1)
+        for row, (i, n) in enumerate(zip(batch.indices, batch.lengths, strict=True)):
+            batched[i] = pat[row, :, :n, :n].clone()
+
+    skipped = run_corpus(tiny_gpt2, sentences, consume, batch_tokens=40)
+    assert not skipped and sorted(batched) == list(range(5))
+    assert len(sizes) > 1  # it really batched, in several batches
+    for i, s in enumerate(sentences):
+        text = s if isinstance(s, str) else " ".join(s)
+        inputs = encode(tiny_gpt2, [text])
+        with torch.no_grad(), HeadCapture(tiny_gpt2, layers=[1]) as cap:
+            tiny_gpt2.model(**inputs)
+        torch.testing.assert_close(batched[i], cap.pattern(1)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_runner_skips_and_counts_what_it_cannot_use(tiny_bert) -> None:
+    too_long = "word " * 200  # the tiny model takes 128 positions
+    skipped = run_corpus(tiny_bert, ["fine sentence", too_long, "also fine"], lambda b: None)
+    assert [s.index for s in skipped] == [1]
+    assert "at most 128" in skipped[0].reason
+
+
+def test_bad_text_input(tiny_bert) -> None:
+    with pytest.raises(InputError, match="the text is empty"):
+        word_attention(tiny_bert, "   ")
+    with pytest.raises(InputError, match="at most 128"):
+        word_attention(tiny_bert, "word " * 200)
+    wa = word_attention(tiny_bert, "The chef cooked.")
+    with pytest.raises(
+        InputError, match=r"word 'fish' is not in the sentence \(words: The chef cooked \.\)"
+    ):
+        wa.top(0, 0, "fish")
+    with pytest.raises(InputError, match=r"heads \[9\] out of range"):
+        HeadCapture(tiny_bert, ablate={0: [9]})
+
+
+def test_bad_model_folders(tmp_path: Path, tiny_bert) -> None:
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load(tmp_path / "missing")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{oops")
+    with pytest.raises(Exception, match=r"config.json: not valid JSON"):
+        load(broken)
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04")
+    with pytest.raises(ModelLoadError, match=r"only pickle checkpoints.*safetensors only"):
+        load(pickled)
+    no_heads = tmp_path / "no_heads"
+    no_heads.mkdir()
+    (no_heads / "config.json").write_text(
+        json.dumps({"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 8})
+    )
+    (no_heads / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError, match="no number of attention heads"):
+        load(no_heads)
+    alien = tmp_path / "alien"
+    alien.mkdir()
+    (alien / "config.json").write_text(
+        json.dumps({"model_type": "t5", "num_layers": 2, "num_heads": 2, "d_model": 8})
+    )
+    (alien / "model.safetensors").write_bytes(b"")
+    with pytest.raises(
+        UnsupportedModelError,
+        match=r"no headlab adapter for model_type 't5'; supported: .*gpt2.*llama",
+    ):
+        load(alien)
+    corrupt = tmp_path / "corrupt"
+    tiny_bert.model.config.save_pretrained(corrupt)
+    tiny_bert.tokenizer.save_pretrained(corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ModelLoadError, match="cannot load the weights"):
+        load(corrupt)

@@ -1,0 +1,100 @@
+"""Tiny random Hugging Face models of every supported family, built in-process (no download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from headlab.models import default_model_path
+
+VOCAB = 30522  # the bundled MiniLM tokenizer is reused for every tiny model
+
+FAMILIES: dict[str, dict[str, Any]] = {
+    "bert": {
+        "model_type": "bert",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    },
+    "roberta": {
+        "model_type": "roberta",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 130,
+        "pad_token_id": 0,
+    },
+    "distilbert": {
+        "model_type": "distilbert",
+        "dim": 32,
+        "n_layers": 2,
+        "n_heads": 4,
+        "hidden_dim": 64,
+        "max_position_embeddings": 128,
+    },
+    "gpt2": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128},
+    "llama": {
+        "model_type": "llama",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    },
+    "qwen2": {
+        "model_type": "qwen2",
+        "hidden_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    },
+    "mistral": {
+        "model_type": "mistral",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+        "sliding_window": 5,
+    },
+    "gpt_neox": {
+        "model_type": "gpt_neox",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "rotary_pct": 0.5,
+        "max_position_embeddings": 128,
+    },
+}
+
+
+def build(family: str, folder: Path, *, attn_implementation: str = "sdpa", seed: int = 0) -> Path:
+    """Save a tiny random model of ``family`` with the MiniLM tokenizer into ``folder``."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    spec = dict(FAMILIES[family])
+    model_type = spec.pop("model_type")
+    config = AutoConfig.for_model(model_type, vocab_size=VOCAB, **spec)
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(config)
+    # random biases everywhere, so that no bias path is tested only at zero
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.1)
+    model.save_pretrained(folder, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(default_model_path()), local_files_only=True).save_pretrained(
+        folder
+    )
+    return folder

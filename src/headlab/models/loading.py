@@ -82,11 +82,7 @@ class LoadedModel:
     def max_positions(self) -> int | None:
         """Longest input in tokens the model accepts (``None`` when unbounded)."""
         limit = self.layout.max_positions
-        # RoBERTa-style position ids start after the padding index
-        offset = getattr(self.model.config, "pad_token_id", None)
-        if limit and self.layout.model_type in ("roberta", "xlm-roberta", "camembert") and offset:
-            limit -= offset + 1
-        return limit
+        return None if limit is None else limit - self.adapter.reserved_positions(self.model.config)
 
 
 def wrap(

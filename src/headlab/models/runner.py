@@ -32,8 +32,16 @@ def encode(lm: LoadedModel, texts: Sequence[str]) -> dict[str, torch.Tensor]:
             f"input is {batch['input_ids'].shape[1]} tokens long; {lm.name} takes at most {limit} "
             "(shorten it: headlab does not truncate silently)"
         )
-    batch.pop("token_type_ids", None) if lm.layout.model_type == "distilbert" else None
-    return {k: v.to(lm.device) for k, v in batch.items()}
+    accepted = _forward_arguments(lm.model)
+    return {k: v.to(lm.device) for k, v in batch.items() if k in accepted}
+
+
+def _forward_arguments(model: Any) -> set[str]:
+    """Named arguments of the model's forward (DistilBERT, say, takes no token_type_ids)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return {name for name, p in params.items() if p.kind is not p.VAR_KEYWORD}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,14 +74,10 @@ class Skipped:
 def _progress(total: int, enabled: bool) -> Any:
     if not enabled:
         return None
-    try:
-        from rich.progress import Progress
+    from rich.console import Console
+    from rich.progress import Progress
 
-        progress = Progress(transient=True, console=None)
-        progress.console.file = sys.stderr
-        return progress
-    except Exception:  # pragma: no cover - rich is a dependency
-        return None
+    return Progress(transient=True, console=Console(file=sys.stderr))
 
 
 def run_corpus(

@@ -41,6 +41,10 @@ class Adapter:
         """Handles of every layer, in order, from the family's base model."""
         raise NotImplementedError
 
+    def reserved_positions(self, config: Any) -> int:
+        """Position slots the family uses for something other than tokens (0 for most)."""
+        return 0
+
     def out_proj_weight(self, out_proj: nn.Module) -> torch.Tensor:
         """The output projection as an ``(E, H*D)`` matrix (``y = W x + b``)."""
         weight = out_proj.weight

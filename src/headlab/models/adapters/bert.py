@@ -21,3 +21,10 @@ class BertAdapter(Adapter):
             LayerHandles(attention=layer.attention.self, out_proj=layer.attention.output.dense)
             for layer in base_model.encoder.layer
         ]
+
+    def reserved_positions(self, config: Any) -> int:
+        # RoBERTa-style models number positions from pad_token_id + 1
+        if config.model_type == "bert":
+            return 0
+        pad = getattr(config, "pad_token_id", None)
+        return 0 if pad is None else pad + 1

@@ -150,3 +150,28 @@ def test_bad_model_folders(tmp_path: Path, tiny_bert) -> None:
     (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ModelLoadError, match="cannot load the weights"):
         load(corrupt)
+
+
+def test_alignment_with_a_byte_level_bpe_tokenizer() -> None:
+    """GPT-2-style tokenizers put the leading space inside tokens; words must still line up."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(
+        ["The chef who trained in Paris prepared the fish carefully."] * 5, trainer
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    a = align(tokenizer, text="The chef's  unbelievably fresh fish, prepared.")
+    assert list(a.words) == ["The", "chef's", "unbelievably", "fresh", "fish", ",", "prepared", "."]
+    assert not any(a.is_special)
+    assert a.n_tokens > len(a.words)  # unseen words fall apart into byte pieces
+    assert a.token_to_word == tuple(sorted(a.token_to_word))  # tokens stay in word order

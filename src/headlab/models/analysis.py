@@ -9,7 +9,7 @@ import torch
 
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
-from headlab.models.runner import encode, run_corpus
+from headlab.models.runner import Batch, encode, run_corpus
 from headlab.models.words import Alignment, align, word_pattern
 
 
@@ -60,11 +60,8 @@ def mean_head_outputs(
     sums: dict[int, torch.Tensor] = {}
     count = 0
 
-    def consume(batch: object) -> None:
+    def consume(batch: Batch) -> None:
         nonlocal count
-        from headlab.models.runner import Batch
-
-        assert isinstance(batch, Batch)
         real = batch.inputs["attention_mask"].bool()  # (B, T)
         count += int(real.sum())
         for layer in range(lm.n_layers):

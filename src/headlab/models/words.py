@@ -92,12 +92,13 @@ def align(
         for w in words:
             pieces.append((w, pos, pos + len(w)))
             pos += len(w) + 1
-        text = " ".join(words)
+        sentence = " ".join(words)
     else:
-        assert text is not None
-        if not text.strip():
+        sentence = text or ""
+        if not sentence.strip():
             raise InputError("the text is empty")
-        pieces = split_words(text)
+        pieces = split_words(sentence)
+    text = sentence
     enc = tokenizer(
         text, return_offsets_mapping=True, return_special_tokens_mask=True, truncation=False
     )

@@ -14,12 +14,12 @@ import sys
 from collections.abc import Sequence
 
 from headlab import __version__
-from headlab.cli import heads, spec
+from headlab.cli import heads, roles, spec
 from headlab.errors import HeadlabError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
-COMMANDS = (heads, spec)
+COMMANDS = (heads, roles, spec)
 
 
 def build_parser() -> argparse.ArgumentParser:

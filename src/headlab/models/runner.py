@@ -26,7 +26,10 @@ def encode(lm: LoadedModel, texts: Sequence[str]) -> dict[str, torch.Tensor]:
     tok = lm.tokenizer
     if tok.pad_token is None:  # GPT-2 style tokenizers have none; padding is masked anyway
         tok.pad_token = tok.eos_token
-    batch = tok(list(texts), return_tensors="pt", padding=True, truncation=False)
+    # right padding: token i of every row sits at position i, as word alignments assume
+    batch = tok(
+        list(texts), return_tensors="pt", padding=True, padding_side="right", truncation=False
+    )
     if limit is not None and batch["input_ids"].shape[1] > limit:
         raise InputError(
             f"input is {batch['input_ids'].shape[1]} tokens long; {lm.name} takes at most {limit} "

@@ -28,14 +28,21 @@ class Alignment:
         words: every word, special tokens included, in token order.
         is_special: for each word, whether it is a special token.
         token_to_word: for each token position, its word index.
-        word_spans: character ``(start, end)`` of each non-special word in the text.
+        word_spans: character ``(start, end)`` of each word in the text (``(-1, -1)`` for
+            special tokens).
         text: the text that was tokenized.
     """
 
     words: tuple[str, ...]
     is_special: tuple[bool, ...]
     token_to_word: tuple[int, ...]
+    word_spans: tuple[tuple[int, int], ...]
     text: str
+
+    @property
+    def plain_words(self) -> list[int]:
+        """Indices of the non-special words, in order (treebank word ``i`` is ``plain_words[i]``)."""
+        return [i for i, special in enumerate(self.is_special) if not special]
 
     @property
     def n_tokens(self) -> int:
@@ -111,6 +118,7 @@ def align(
     starts = [s for _, s, _ in pieces]
     out_words: list[str] = []
     special: list[bool] = []
+    spans: list[tuple[int, int]] = []
     token_to_word: list[int] = []
     word_of_piece: dict[int, int] = {}
     for tok, ((a, b), is_sp) in enumerate(
@@ -119,6 +127,7 @@ def align(
         if is_sp or a == b:
             out_words.append(tokenizer.convert_ids_to_tokens(ids[tok]))
             special.append(True)
+            spans.append((-1, -1))
             token_to_word.append(len(out_words) - 1)
             continue
         while a < len(text) and text[a].isspace():  # byte-level BPE offsets include the space
@@ -132,6 +141,7 @@ def align(
         if j not in word_of_piece:
             out_words.append(pieces[j][0])
             special.append(False)
+            spans.append((pieces[j][1], pieces[j][2]))
             word_of_piece[j] = len(out_words) - 1
         token_to_word.append(word_of_piece[j])
     if len(word_of_piece) != len(pieces):
@@ -141,6 +151,7 @@ def align(
         words=tuple(out_words),
         is_special=tuple(special),
         token_to_word=tuple(token_to_word),
+        word_spans=tuple(spans),
         text=text,
     )
 

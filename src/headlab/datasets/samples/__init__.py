@@ -1,0 +1,19 @@
+"""Small samples of gold data shipped for the default commands (licenses in ATTRIBUTION.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SAMPLES = {
+    "treebank": "en_ewt-ud-dev-sample.conllu",
+    "gap": "gap-development-sample.tsv",
+    "stsb": "sts-dev-ccbysa-sample.tsv",
+    "frequencies": "en_ewt-ud-train-word-frequencies.tsv",
+}
+
+
+def sample_path(name: str) -> Path:
+    """Path of a bundled sample: ``treebank``, ``gap``, ``stsb`` or ``frequencies``."""
+    if name not in SAMPLES:
+        raise KeyError(f"no sample {name!r}; samples: {', '.join(SAMPLES)}")
+    return Path(__file__).with_name(SAMPLES[name])

@@ -1,0 +1,168 @@
+"""Universal Dependencies treebanks (CoNLL-U) as words, gold heads and relations.
+
+Parsing is done by the ``conllu`` library; headlab adds what a probe needs to trust the data: every
+token line has the 10 columns, heads point inside the sentence, and an error names the file and
+line. Multiword-token lines (``3-4``) and empty nodes (``5.1``) are skipped: the syntactic words
+are what the trees connect.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from headlab.errors import DataFormatError, InputError
+
+_WORD_ID = re.compile(r"^[1-9][0-9]*$")
+_SKIPPED_ID = re.compile(r"^[0-9]+(-[0-9]+|\.[0-9]+)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreebankSentence:
+    """One gold sentence.
+
+    Attributes:
+        sent_id: the ``# sent_id`` comment (or ``file:line``).
+        words: syntactic words (FORM column), in order.
+        heads: 0-based index of each word's head word, ``-1`` for the root.
+        relations: each word's full UD relation to its head (``nsubj``, ``nmod:poss``...).
+        upos: universal part-of-speech tags.
+    """
+
+    sent_id: str
+    words: tuple[str, ...]
+    heads: tuple[int, ...]
+    relations: tuple[str, ...]
+    upos: tuple[str, ...]
+
+
+def _blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, lines) of each blank-line separated block."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read treebank {path}: {exc.strerror}") from None
+    with handle:
+        block: list[str] = []
+        start = 1
+        try:
+            for number, line in enumerate(handle, start=1):
+                line = line.rstrip("\n").rstrip("\r")
+                if line.strip():
+                    if not block:
+                        start = number
+                    block.append(line)
+                elif block:
+                    yield start, block
+                    block = []
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(f"{path}: not UTF-8 text ({exc.reason})") from None
+        if block:
+            yield start, block
+
+
+def _parse_block(path: Path, start: int, lines: list[str]) -> TreebankSentence | None:
+    from conllu.exceptions import ParseException
+    from conllu.parser import DEFAULT_FIELDS, parse_line
+
+    sent_id = f"{path.name}:{start}"
+    words: list[str] = []
+    heads: list[int] = []
+    relations: list[str] = []
+    upos: list[str] = []
+    head_lines: list[int] = []
+    for offset, line in enumerate(lines):
+        number = start + offset
+        if line.startswith("#"):
+            if line.startswith("# sent_id"):
+                sent_id = line.split("=", 1)[-1].strip()
+            continue
+        cols = line.split("\t")
+        if len(cols) != 10:
+            raise DataFormatError(
+                f"{path}:{number}: expected 10 tab-separated CoNLL-U columns, found {len(cols)}"
+            )
+        if _SKIPPED_ID.match(cols[0]):
+            continue
+        try:
+            token = parse_line(line, fields=DEFAULT_FIELDS)
+        except ParseException as exc:
+            raise DataFormatError(f"{path}:{number}: {exc}") from None
+        if not _WORD_ID.match(cols[0]) or int(cols[0]) != len(words) + 1:
+            raise DataFormatError(
+                f"{path}:{number}: expected word id {len(words) + 1}, found {cols[0]!r}"
+            )
+        if not isinstance(token["head"], int):
+            raise DataFormatError(f"{path}:{number}: HEAD must be a number, found {cols[6]!r}")
+        if not token["form"] or any(c.isspace() for c in token["form"]):
+            raise DataFormatError(f"{path}:{number}: empty FORM or FORM with spaces")
+        words.append(token["form"])
+        heads.append(token["head"] - 1)
+        relations.append(str(token["deprel"]))
+        upos.append(str(token["upos"]))
+        head_lines.append(number)
+    if not words:
+        return None
+    for head, number in zip(heads, head_lines, strict=True):
+        if not -1 <= head < len(words):
+            raise DataFormatError(
+                f"{path}:{number}: HEAD {head + 1} points outside the sentence of {len(words)} words"
+            )
+    return TreebankSentence(
+        sent_id=sent_id,
+        words=tuple(words),
+        heads=tuple(heads),
+        relations=tuple(relations),
+        upos=tuple(upos),
+    )
+
+
+def read_conllu(path: str | Path, *, limit: int | None = None) -> list[TreebankSentence]:
+    """Read the sentences of a CoNLL-U file (at most ``limit``).
+
+    Raises:
+        InputError: the file cannot be read.
+        DataFormatError: a malformed line (the message gives ``file:line``), or no sentences.
+    """
+    path = Path(path)
+    out: list[TreebankSentence] = []
+    for start, lines in _blocks(path):
+        sentence = _parse_block(path, start, lines)
+        if sentence is not None:
+            out.append(sentence)
+            if limit is not None and len(out) >= limit:
+                break
+    if not out:
+        raise DataFormatError(f"{path}: no CoNLL-U sentences found")
+    return out
+
+
+def word_frequencies(sentences: Iterable[TreebankSentence]) -> Counter[str]:
+    """Lower-cased word counts of a treebank (the rare-token probe's frequency table)."""
+    counts: Counter[str] = Counter()
+    for sentence in sentences:
+        counts.update(w.lower() for w in sentence.words)
+    return counts
+
+
+def read_frequencies(path: str | Path) -> Counter[str]:
+    """A frequency table: a ``word<TAB>count`` TSV, or a CoNLL-U file to count."""
+    path = Path(path)
+    if path.suffix == ".conllu":
+        return word_frequencies(read_conllu(path))
+    counts: Counter[str] = Counter()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read frequency table {path}: {exc.strerror}") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise DataFormatError(f"{path}:{number}: expected 'word<TAB>count'")
+        counts[parts[0]] += int(parts[1])
+    return counts

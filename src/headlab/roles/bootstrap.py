@@ -1,0 +1,62 @@
+"""Sums over sentences, for the whole corpus and for bootstrap resamples at once.
+
+Every role statistic is a ratio of sums over sentences. Resampling sentences with replacement is
+approximated by the Poisson bootstrap (each sentence enters each replicate ``Poisson(1)`` times;
+Hanley & MacGibbon 2006): weights are fixed per sentence and seed, so each replicate's sums are
+accumulated in the same single pass, in any batch order, and memory does not grow with the corpus.
+Replicate 0 is the corpus itself (all weights 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class Sums:
+    """Named weighted sums ``(R + 1, ...)``; index 0 is the full corpus, 1..R are resamples."""
+
+    def __init__(self, n_items: int, replicates: int, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        weights = torch.poisson(torch.ones(n_items, replicates), generator=gen)
+        self.weights = torch.cat([torch.ones(n_items, 1), weights], dim=1).double()  # (N, R+1)
+        self.values: dict[str, torch.Tensor] = {}
+
+    @property
+    def replicates(self) -> int:
+        return self.weights.shape[1] - 1
+
+    def add(self, name: str, items: Sequence[int], values: torch.Tensor) -> None:
+        """Add per-item ``values`` ``(B, ...)`` of corpus items ``items`` into ``name``."""
+        w = self.weights[list(items)]  # (B, R+1)
+        flat = values.reshape(values.shape[0], -1).double()  # (B, K)
+        total = (w.t() @ flat).reshape(w.shape[1], *values.shape[1:])  # (R+1, ...)
+        if name in self.values:
+            self.values[name] += total
+        else:
+            self.values[name] = total
+
+    def add_layer(
+        self, name: str, layer: int, n_layers: int, items: Sequence[int], values: torch.Tensor
+    ) -> None:
+        """Like :meth:`add`, into slot ``layer`` of a ``(R + 1, n_layers, ...)`` sum."""
+        w = self.weights[list(items)]
+        flat = values.reshape(values.shape[0], -1).double()
+        total = (w.t() @ flat).reshape(w.shape[1], *values.shape[1:])
+        if name not in self.values:
+            self.values[name] = torch.zeros(
+                w.shape[1], n_layers, *values.shape[1:], dtype=torch.float64
+            )
+        self.values[name][:, layer] += total
+
+    def get(self, name: str) -> torch.Tensor:
+        return self.values[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
+
+
+def ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den`` with NaN where the denominator is 0 (no evidence, not a score of 0)."""
+    return torch.where(den > 0, num / den.clamp_min(1e-300), torch.full_like(num, float("nan")))

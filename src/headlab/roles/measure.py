@@ -1,0 +1,577 @@
+"""Measure every head's roles on gold data, in one streaming pass per data set.
+
+Patterns are recomputed layer by layer from captured queries and keys (never eager attention),
+each probe keeps only per-sentence sums, and the bootstrap replicates ride along in the same
+pass (:mod:`headlab.roles.bootstrap`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from headlab.datasets.gap import GapData, GapExample
+from headlab.datasets.treebank import TreebankSentence
+from headlab.errors import InputError
+from headlab.models.loading import LoadedModel
+from headlab.models.runner import Batch, run_corpus
+from headlab.models.words import Alignment
+from headlab.roles.bootstrap import Sums
+from headlab.roles.classify import LETTERS, ROLES, RoleEvidence, Thresholds, role_name
+from headlab.roles.geometry import build_geometry
+from headlab.roles.probes import (
+    broad,
+    coreference,
+    delimiter,
+    induction,
+    positional,
+    rare,
+    syntactic,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleOptions:
+    """How to measure.
+
+    Attributes:
+        replicates: bootstrap resamples for stability (0 turns stability off).
+        seed: seed of the bootstrap weights and the induction sequences.
+        batch_tokens: padded tokens per forward pass.
+        induction_sequences: random repeated sequences for the induction probe (causal models).
+        induction_length: length of each random half.
+        thresholds: the bars of each role.
+        progress: a progress bar on stderr.
+    """
+
+    replicates: int = 100
+    seed: int = 0
+    batch_tokens: int = 4096
+    induction_sequences: int = 32
+    induction_length: int = 48
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    progress: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadRole:
+    """One head's result. ``layer`` and ``head`` are 0-based."""
+
+    layer: int
+    head: int
+    role: str
+    roles: tuple[str, ...]
+    score: float | None
+    baseline: float | None
+    margin: float | None
+    detail: str
+    stability: float | None
+    scores: dict[str, float | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RelationRow:
+    """The best head for one relation and direction, against the best fixed offset."""
+
+    relation: str
+    direction: str
+    layer: int
+    head: int
+    accuracy: float
+    baseline: float
+    baseline_offset: int
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoreferenceResult:
+    """The best coreference head on GAP, and the baselines' accuracies."""
+
+    layer: int
+    head: int
+    accuracy: float
+    count: int
+    baselines: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleReport:
+    """Everything ``headlab roles`` measured (see :meth:`to_json` for the schema)."""
+
+    model: str
+    n_layers: int
+    n_heads: int
+    heads: list[HeadRole]
+    relations: list[RelationRow]
+    coreference: CoreferenceResult | None
+    data: dict[str, Any]
+    thresholds: Thresholds
+    replicates: int
+
+    def head(self, layer: int, head: int) -> HeadRole:
+        return self.heads[layer * self.n_heads + head]
+
+    def role_counts(self) -> dict[str, int]:
+        """How many heads have each dominant role (unclassified included)."""
+        counts = Counter(h.role for h in self.heads)
+        return {role: counts.get(role, 0) for role in (*ROLES, "unclassified")}
+
+    def grid(self) -> list[list[str]]:
+        """Role letters, ``layers x heads``."""
+        return [
+            [LETTERS[self.head(layer, h).role] for h in range(self.n_heads)]
+            for layer in range(self.n_layers)
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON form (schema ``headlab.roles/1``; 0-based layer and head)."""
+        return {
+            "schema": "headlab.roles/1",
+            "model": self.model,
+            "layers": self.n_layers,
+            "heads_per_layer": self.n_heads,
+            "replicates": self.replicates,
+            "thresholds": vars(self.thresholds),
+            "data": self.data,
+            "role_counts": self.role_counts(),
+            "heads": [_rounded(vars(h)) for h in self.heads],
+            "relations": [_rounded(vars(r)) for r in self.relations],
+            "coreference": None if self.coreference is None else _rounded(vars(self.coreference)),
+        }
+
+
+def _rounded(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return None if math.isnan(obj) else round(obj, 4)
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
+# ---------------------------------------------------------------------------------- passes
+
+
+def _treebank_pass(
+    lm: LoadedModel,
+    sentences: Sequence[TreebankSentence],
+    frequencies: Counter[str],
+    relations: list[str],
+    sums: Sums,
+    options: RoleOptions,
+) -> dict[str, int]:
+    rel_id = {r: i for i, r in enumerate(relations)}
+    n_rel = len(relations)
+    skipped: Counter[str] = Counter()
+
+    def consume(batch: Batch) -> None:
+        n_positions = batch.inputs["input_ids"].shape[1]
+        geo = build_geometry(batch.alignments, n_positions, lm.tokenizer, causal=lm.causal)
+        n_words = geo.word_real.shape[1]
+        n_batch = len(batch.indices)
+        gold_head = torch.full((n_batch, n_words), -1, dtype=torch.long)
+        relation = torch.full((n_batch, n_words), n_rel, dtype=torch.long)
+        rare_target = torch.zeros(n_batch, n_words, dtype=torch.bool)
+        rare_query = torch.zeros(n_batch, n_words, dtype=torch.bool)
+        rare_chance = torch.zeros(n_batch)
+        counts = torch.zeros(n_batch, n_rel, 2)
+        base = torch.zeros(n_batch, n_rel, 2, len(syntactic.OFFSETS))
+        for b, (i, a) in enumerate(zip(batch.indices, batch.alignments, strict=True)):
+            s = sentences[i]
+            plain = a.plain_words  # treebank word k is batch word plain[k]
+            rels = [rel_id.get(r, -1) for r in s.relations]
+            for k, (h, r) in enumerate(zip(s.heads, rels, strict=True)):
+                if h >= 0 and r >= 0:
+                    gold_head[b, plain[k]] = plain[h]
+                    relation[b, plain[k]] = r
+            counts[b], base[b] = syntactic.sentence_counts(s.heads, rels, n_rel)
+            target = rare.targets(s.words, frequencies)
+            n_target = sum(target)
+            if n_target and len(s.words) > n_target:
+                for k, t in enumerate(target):
+                    rare_target[b, plain[k]] = t
+                    rare_query[b, plain[k]] = not t
+                rare_chance[b] = (len(s.words) - n_target) * n_target / (len(s.words) - 1)
+        idx = batch.indices
+        sums.add("queries", idx, geo.query.sum(1).float())
+        sums.add("broad.rows", idx, (geo.query & (geo.log_visible > 0)).sum(1).float())
+        sums.add("rare.queries", idx, rare_query.sum(1).float())
+        sums.add("rare.chance", idx, rare_chance)
+        sums.add("syntactic.count", idx, counts)
+        sums.add("syntactic.baseline", idx, base)
+        for layer in range(lm.n_layers):
+            pattern = batch.capture.pattern(layer).cpu()  # (B, H, T, T)
+            for name, value in (
+                *positional.collect(pattern, geo).items(),
+                *delimiter.collect(pattern, geo).items(),
+                *broad.collect(pattern, geo).items(),
+            ):
+                sums.add_layer(name, layer, lm.n_layers, idx, value)
+            argmax = geo.word_argmax(geo.word_patterns(pattern))  # (B, H, W)
+            sums.add_layer(
+                "syntactic.hits",
+                layer,
+                lm.n_layers,
+                idx,
+                syntactic.collect(argmax, gold_head, relation, n_rel),
+            )
+            sums.add_layer(
+                "rare.hits", layer, lm.n_layers, idx, rare.collect(argmax, rare_target, rare_query)
+            )
+
+    for s in run_corpus(
+        lm,
+        [s.words for s in sentences],
+        consume,
+        batch_tokens=options.batch_tokens,
+        progress=options.progress,
+    ):
+        skipped[_reason(s.reason)] += 1
+    return dict(skipped)
+
+
+def _reason(message: str) -> str:
+    if "tokens long" in message:
+        return "longer than the model accepts"
+    if "does not fall inside one word" in message or "no token for" in message:
+        return "words could not be aligned to tokens"
+    return message
+
+
+def _gap_words(a: Alignment, span: tuple[int, int]) -> list[int]:
+    start, end = span
+    return [
+        w for w, (s, e) in enumerate(a.word_spans) if not a.is_special[w] and s < end and e > start
+    ]
+
+
+def _gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -> dict[str, int]:
+    examples = gap.examples
+    skipped: Counter[str] = Counter({k: v for k, v in gap.skipped.items() if v})
+
+    def consume(batch: Batch) -> None:
+        n_positions = batch.inputs["input_ids"].shape[1]
+        geo = build_geometry(batch.alignments, n_positions, lm.tokenizer, causal=lm.causal)
+        n_batch, n_words = geo.word_real.shape
+        pronoun = torch.zeros(n_batch, dtype=torch.long)
+        candidates = torch.zeros(n_batch, 2, n_words, dtype=torch.bool)
+        answer = torch.zeros(n_batch, dtype=torch.long)
+        valid = torch.zeros(n_batch)
+        nearest = torch.zeros(n_batch)
+        first = torch.zeros(n_batch)
+        for b, (i, a) in enumerate(zip(batch.indices, batch.alignments, strict=True)):
+            ex: GapExample = examples[i]
+            p_words = _gap_words(a, ex.pronoun)
+            c_words = [_gap_words(a, c) for c in ex.candidates]
+            if len(p_words) != 1 or not all(c_words) or set(c_words[0]) & set(c_words[1]):
+                skipped["pronoun or names not matched to words"] += 1
+                continue
+            valid[b] = 1.0
+            pronoun[b] = p_words[0]
+            for c, ws in enumerate(c_words):
+                candidates[b, c, ws] = True
+            answer[b] = ex.answer
+            distance = [_distance(ex.pronoun, c) for c in ex.candidates]
+            nearest[b] = float(int(distance[1] < distance[0]) == ex.answer)
+            first[b] = float(int(ex.candidates[1][0] < ex.candidates[0][0]) == ex.answer)
+        idx = batch.indices
+        sums.add("coref.examples", idx, valid)
+        sums.add("coref.nearest", idx, nearest)
+        sums.add("coref.first", idx, first)
+        for layer in range(lm.n_layers):
+            pattern = batch.capture.pattern(layer).cpu()
+            hits = coreference.collect(pattern, geo, pronoun, candidates, answer)
+            sums.add_layer("coref.hits", layer, lm.n_layers, idx, hits * valid[:, None])
+
+    for s in run_corpus(
+        lm,
+        [e.text for e in examples],
+        consume,
+        batch_tokens=options.batch_tokens,
+        progress=options.progress,
+    ):
+        skipped[_reason(s.reason)] += 1
+    return dict(skipped)
+
+
+def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
+    return max(b[0] - a[1], a[0] - b[1], 0)
+
+
+def _induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
+    from headlab.models.capture import HeadCapture
+
+    ids, start = induction.sequences(
+        lm.tokenizer, options.induction_sequences, options.induction_length, options.seed
+    )
+    limit = lm.max_positions
+    if limit is not None and ids.shape[1] > limit:
+        raise InputError(
+            f"induction sequences of {ids.shape[1]} tokens exceed the model's {limit} positions"
+        )
+    per_batch = max(1, options.batch_tokens // ids.shape[1])
+    for lo in range(0, ids.shape[0], per_batch):
+        chunk = ids[lo : lo + per_batch].to(lm.device)
+        items = list(range(lo, lo + chunk.shape[0]))
+        with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
+            lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
+        sums.add("induction.n", items, torch.ones(len(items)))
+        for layer in range(lm.n_layers):
+            value = induction.collect(cap.pattern(layer).cpu(), options.induction_length, start)
+            sums.add_layer("induction.sum", layer, lm.n_layers, items, value)
+
+
+# ---------------------------------------------------------------------------------- scoring
+
+
+def _evidence(
+    tb: Sums, gap: Sums | None, ind: Sums | None, thresholds: Thresholds
+) -> tuple[RoleEvidence, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    scores: dict[str, torch.Tensor] = {}
+    scores.update(positional.scores(tb))
+    scores.update(delimiter.scores(tb))
+    scores.update(broad.scores(tb))
+    scores.update(rare.scores(tb))
+    syn = syntactic.scores(tb)
+    shape = scores["positional"].shape  # (R+1, L, H)
+    eligible = syn["count"][0] >= thresholds.min_relation_count  # (Rel, 2)
+    margin = (syn["accuracy"] - syn["baseline"][:, None, None]).nan_to_num(-2.0)
+    margin = margin.masked_fill(~eligible, -2.0).flatten(-2)  # (R+1, L, H, Rel*2)
+    best = margin.argmax(-1)  # (R+1, L, H)
+    acc = syn["accuracy"].flatten(-2).gather(-1, best[..., None]).squeeze(-1)
+    base = (
+        syn["baseline"].flatten(-2)[:, None, None, :].expand(*shape, -1).gather(-1, best[..., None])
+    ).squeeze(-1)
+    if not bool(eligible.any()):
+        acc = torch.full(shape, torch.nan, dtype=acc.dtype)
+    scores["syntactic"] = acc
+    scores["syntactic_relation"] = best
+    score: dict[str, torch.Tensor] = {}
+    baseline: dict[str, torch.Tensor] = {}
+    bar: dict[str, torch.Tensor] = {}
+
+    def fixed(role: str, key: str, value: float) -> None:
+        score[role] = scores[key]
+        baseline[role] = torch.full(shape, value, dtype=torch.float64)
+        bar[role] = baseline[role]
+
+    fixed("positional", "positional", thresholds.positional)
+    fixed("delimiter", "delimiter", thresholds.delimiter)
+    fixed("rare-token", "rare-token", thresholds.rare_token)
+    fixed("broad", "broad", thresholds.broad)
+    baseline["rare-token"] = scores["rare_chance"]
+    score["syntactic"] = acc
+    baseline["syntactic"] = base
+    bar["syntactic"] = base + thresholds.syntactic_margin
+    if gap is not None and "coref.examples" in gap:
+        coref = coreference.scores(gap)
+        scores.update(coref)
+        best_base = torch.maximum(coref["coref_nearest"], coref["coref_first"])[:, None, None]
+        score["coreference"] = coref["coreference"]
+        baseline["coreference"] = best_base.expand(shape)
+        bar["coreference"] = baseline["coreference"] + thresholds.coreference_margin
+    if ind is not None and "induction.n" in ind:
+        scores.update(induction.scores(ind))
+        fixed("induction", "induction", thresholds.induction)
+    return RoleEvidence(score=score, baseline=baseline, bar=bar), scores, syn
+
+
+def measure_roles(
+    lm: LoadedModel,
+    treebank: Sequence[TreebankSentence],
+    *,
+    gap: GapData | None = None,
+    frequencies: Counter[str] | None = None,
+    options: RoleOptions | None = None,
+) -> RoleReport:
+    """Score every head of ``lm`` for every role, classify it, and bootstrap the stability.
+
+    Args:
+        lm: the model.
+        treebank: gold sentences (positional, delimiter, broad, rare-token, syntactic probes).
+        gap: GAP examples (coreference probe); ``None`` skips it.
+        frequencies: word counts for the rare-token probe (default: the treebank's own).
+        options: replicates, seed, batch size, thresholds.
+    """
+    from headlab.datasets.treebank import word_frequencies
+
+    options = options or RoleOptions()
+    if options.replicates < 0:
+        raise InputError(f"replicates must be 0 or more, got {options.replicates}")
+    if not treebank:
+        raise InputError("the treebank has no sentences")
+    freq = frequencies if frequencies is not None else word_frequencies(treebank)
+    relations = sorted({r for s in treebank for r in s.relations} - {"root"})
+    tb = Sums(len(treebank), options.replicates, options.seed)
+    tb_skipped = _treebank_pass(lm, treebank, freq, relations, tb, options)
+    if "queries" not in tb:
+        raise InputError("no treebank sentence could be aligned to the model's tokens")
+    gap_sums = None
+    gap_skipped: dict[str, int] = {}
+    if gap is not None:
+        gap_sums = Sums(len(gap.examples), options.replicates, options.seed + 1)
+        gap_skipped = _gap_pass(lm, gap, gap_sums, options)
+    ind = None
+    if lm.causal:
+        ind = Sums(options.induction_sequences, options.replicates, options.seed + 2)
+        _induction_pass(lm, ind, options)
+    evidence, scores, syn = _evidence(tb, gap_sums, ind, options.thresholds)
+    dominant = evidence.dominant()  # (R+1, L, H)
+    excess = evidence.excess()[:, 0]  # (roles, L, H)
+    heads = []
+    for layer in range(lm.n_layers):
+        for h in range(lm.n_heads):
+            heads.append(
+                _head_role(
+                    layer, h, dominant, excess, evidence, scores, relations, options.replicates
+                )
+            )
+    used = len(treebank) - sum(tb_skipped.values())
+    data: dict[str, Any] = {
+        "treebank": {"sentences": len(treebank), "used": used, "skipped": tb_skipped},
+    }
+    coref_result = None
+    if gap is not None and gap_sums is not None:
+        n_used = int(gap_sums.get("coref.examples")[0]) if "coref.examples" in gap_sums else 0
+        data["gap"] = {
+            "rows": len(gap.examples) + sum(gap.skipped.values()),
+            "used": n_used,
+            "skipped": gap_skipped,
+        }
+        if n_used:
+            acc = scores["coreference"][0]  # (L, H)
+            flat = int(acc.nan_to_num(-1).argmax())
+            layer, h = divmod(flat, lm.n_heads)
+            coref_result = CoreferenceResult(
+                layer=layer,
+                head=h,
+                accuracy=float(acc[layer, h]),
+                count=n_used,
+                baselines={
+                    name: float(scores[f"coref_{name}"][0]) for name in coreference.BASELINES
+                },
+            )
+    return RoleReport(
+        model=lm.name,
+        n_layers=lm.n_layers,
+        n_heads=lm.n_heads,
+        heads=heads,
+        relations=_relation_rows(syn, relations, lm.n_heads),
+        coreference=coref_result,
+        data=data,
+        thresholds=options.thresholds,
+        replicates=options.replicates,
+    )
+
+
+def _head_role(
+    layer: int,
+    h: int,
+    dominant: torch.Tensor,
+    excess: torch.Tensor,
+    evidence: RoleEvidence,
+    scores: dict[str, torch.Tensor],
+    relations: list[str],
+    replicates: int,
+) -> HeadRole:
+    role = role_name(int(dominant[0, layer, h]))
+    passing = tuple(
+        r
+        for _, r in sorted(
+            ((float(excess[i, layer, h]), r) for i, r in enumerate(ROLES)), reverse=True
+        )
+        if math.isfinite(_) and _ >= 0
+    )
+    stability = None
+    if replicates:
+        same = dominant[1:, layer, h] == dominant[0, layer, h]
+        stability = float(same.double().mean())
+
+    def value(key: str) -> float | None:
+        if key not in scores:
+            return None
+        v = float(scores[key][0, layer, h])
+        return None if math.isnan(v) else v
+
+    score = baseline = margin = None
+    if role in evidence.score:
+        score = float(evidence.score[role][0, layer, h])
+        baseline = float(evidence.baseline[role][0, layer, h])
+        margin = score - baseline
+    detail = ""
+    if role == "positional":
+        detail = f"offset {int(scores['positional_offset'][0, layer, h]):+d}"
+    elif role == "syntactic":
+        k = int(scores["syntactic_relation"][0, layer, h])
+        detail = f"{relations[k // 2]} {syntactic.DIRECTIONS[k % 2].replace('_', ' ')}"
+    elif role == "delimiter":
+        parts = {p: value(p) or 0.0 for p in ("cls", "sep", "punct")}
+        detail = {"cls": "[CLS]", "sep": "[SEP]/EOS", "punct": "punctuation"}[
+            max(parts, key=lambda p: parts[p])
+        ]
+    elif role == "broad":
+        detail = f"{value('entropy') or 0.0:.2f} nats"
+    names = (
+        "positional",
+        "previous",
+        "next",
+        "delimiter",
+        "cls",
+        "sep",
+        "punct",
+        "rare-token",
+        "syntactic",
+        "coreference",
+        "broad",
+        "entropy",
+        "induction",
+    )
+    return HeadRole(
+        layer=layer,
+        head=h,
+        role=role,
+        roles=passing,
+        score=score,
+        baseline=baseline,
+        margin=margin,
+        detail=detail,
+        stability=stability,
+        scores={name: value(name) for name in names if name in scores},
+    )
+
+
+def _relation_rows(
+    syn: dict[str, torch.Tensor], relations: list[str], n_heads: int
+) -> list[RelationRow]:
+    rows = []
+    acc = syn["accuracy"][0]  # (L, H, Rel, 2)
+    for r, name in enumerate(relations):
+        for d, direction in enumerate(syntactic.DIRECTIONS):
+            count = int(syn["count"][0, r, d])
+            if count == 0:
+                continue
+            per_head = acc[..., r, d].nan_to_num(-1.0)
+            flat = int(per_head.argmax())
+            layer, h = divmod(flat, n_heads)
+            rows.append(
+                RelationRow(
+                    relation=name,
+                    direction=direction,
+                    layer=layer,
+                    head=h,
+                    accuracy=float(per_head[layer, h]),
+                    baseline=float(syn["baseline"][0, r, d]),
+                    baseline_offset=int(syn["baseline_offset"][0, r, d]),
+                    count=count,
+                )
+            )
+    return rows

@@ -1,0 +1,32 @@
+"""Delimiter heads: attention parked on [CLS], [SEP] and punctuation.
+
+Mean attention mass, over real non-special query tokens, on the [CLS] token, on the other special
+tokens ([SEP], EOS, BOS) and on punctuation. Clark et al. (2019, section 3.2) found that more than
+half of BERT-base's attention in layers 6-10 goes to [SEP], and read such attention as a no-op.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headlab.roles.bootstrap import Sums, ratio
+from headlab.roles.geometry import Geometry
+
+
+def collect(pattern: torch.Tensor, geo: Geometry) -> dict[str, torch.Tensor]:
+    """pattern ``(B, H, T, T)`` -> mass sums ``(B, H)`` on ``cls``, ``sep``, ``punct``."""
+    query = geo.query[:, None, :].float()  # (B, 1, T)
+    out = {}
+    for name, where in (("cls", geo.cls), ("sep", geo.sep), ("punct", geo.punct)):
+        mass = (pattern @ where[:, None, :, None]).squeeze(-1)  # (B, H, T)
+        out[f"delimiter.{name}"] = (mass * query).sum(-1)
+    return out
+
+
+def scores(sums: Sums) -> dict[str, torch.Tensor]:
+    """``delimiter`` (all three together) and ``cls``, ``sep``, ``punct`` ``(R+1, L, H)``."""
+    queries = sums.get("queries")[:, None, None]
+    parts = {
+        name: ratio(sums.get(f"delimiter.{name}"), queries) for name in ("cls", "sep", "punct")
+    }
+    return {"delimiter": parts["cls"] + parts["sep"] + parts["punct"], **parts}

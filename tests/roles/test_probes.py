@@ -1,0 +1,232 @@
+"""Each probe's vectorised sums against plain loops over tokens and words (NumPy oracle)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from headlab.models import align, default_model_path
+from headlab.roles.bootstrap import Sums
+from headlab.roles.geometry import build_geometry, is_punctuation
+from headlab.roles.probes import (
+    broad,
+    coreference,
+    delimiter,
+    induction,
+    positional,
+    rare,
+    syntactic,
+)
+
+SENTENCES = [
+    ["The", "chef", "who", "trained", "in", "Paris", "prepared", "the", "fish", "carefully", "."],
+    ["Unbelievably", ",", "it", "works", "!"],
+    ["A", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "."],
+]
+# gold trees (0-based head, -1 root) for the sentences above, with relations
+TREES = [
+    (
+        [1, 6, 3, 1, 5, 3, -1, 8, 6, 6, 6],
+        ["det", "nsubj", "nsubj", "acl", "case", "obl", "root", "det", "obj", "advmod", "punct"],
+    ),
+    ([3, 0, 3, -1, 3], ["advmod", "punct", "nsubj", "root", "punct"]),
+    (
+        [3, 3, 3, 4, -1, 8, 8, 8, 4, 4],
+        ["det", "amod", "amod", "nsubj", "root", "case", "det", "amod", "obl", "punct"],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(default_model_path()), local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer):
+    alignments = [align(tokenizer, words=w) for w in SENTENCES]
+    t = max(a.n_tokens for a in alignments)
+    gen = torch.Generator().manual_seed(1)
+    n_heads = 5
+    pattern = torch.zeros(len(SENTENCES), n_heads, t, t)
+    for b, a in enumerate(alignments):
+        n = a.n_tokens
+        logits = torch.randn(n_heads, n, n, generator=gen) * 3
+        pattern[b, :, :n, :n] = torch.softmax(logits, -1)
+    # make head 0 a perfect previous-token head on real rows
+    for b, a in enumerate(alignments):
+        for i in range(1, a.n_tokens):
+            pattern[b, 0, i, :] = 0
+            pattern[b, 0, i, i - 1] = 1
+    geo = build_geometry(alignments, t, tokenizer, causal=False)
+    return alignments, pattern, geo
+
+
+def _word_pattern(p: np.ndarray, a) -> np.ndarray:
+    """Loop version: from-word mean over its tokens, to-word sum over its tokens."""
+    n_words = len(a.words)
+    out = np.zeros((n_words, n_words))
+    for i in range(n_words):
+        rows = [t for t in range(a.n_tokens) if a.token_to_word[t] == i]
+        for j in range(n_words):
+            cols = [s for s in range(a.n_tokens) if a.token_to_word[s] == j]
+            out[i, j] = np.mean([sum(p[t, s] for s in cols) for t in rows])
+    return out
+
+
+def _argmax_excluding(row: np.ndarray, a, self_index: int) -> int:
+    best, where = -1.0, -1
+    for j, v in enumerate(row):
+        if a.is_special[j] or j == self_index:
+            continue
+        if v > best:
+            best, where = v, j
+    return where
+
+
+def test_positional_delimiter_broad_match_loops(batch, tokenizer) -> None:
+    alignments, pattern, geo = batch
+    pos = positional.collect(pattern, geo)
+    dl = delimiter.collect(pattern, geo)
+    br = broad.collect(pattern, geo)
+    for b, a in enumerate(alignments):
+        for h in range(pattern.shape[1]):
+            p = pattern[b, h].double().numpy()
+            hits = Counter()
+            prev = nxt = cls = sep = punct = ent = 0.0
+            for t in range(a.n_tokens):
+                if a.is_special[a.token_to_word[t]]:
+                    continue
+                hits[int(np.argmax(p[t])) - t] += 1
+                prev += p[t, t - 1] if t > 0 else 0.0
+                nxt += p[t, t + 1] if t + 1 < p.shape[1] else 0.0
+                for s in range(a.n_tokens):
+                    w = a.token_to_word[s]
+                    if a.is_special[w]:
+                        if a.words[w] == tokenizer.cls_token:
+                            cls += p[t, s]
+                        else:
+                            sep += p[t, s]
+                    elif is_punctuation(a.words[w]):
+                        punct += p[t, s]
+                ent -= sum(x * math.log(x) for x in p[t] if x > 0)
+            got = pos["positional.hits"][b, h].tolist()
+            assert got == [hits[k] for k in positional.OFFSETS]
+            assert pos["previous"][b, h] == pytest.approx(prev, abs=1e-5)
+            assert pos["next"][b, h] == pytest.approx(nxt, abs=1e-5)
+            assert dl["delimiter.cls"][b, h] == pytest.approx(cls, abs=1e-5)
+            assert dl["delimiter.sep"][b, h] == pytest.approx(sep, abs=1e-5)
+            assert dl["delimiter.punct"][b, h] == pytest.approx(punct, abs=1e-5)
+            assert br["broad.entropy"][b, h] == pytest.approx(ent, abs=1e-4)
+    # the planted previous-token head: every real query's argmax is at offset -1
+    queries = geo.query.sum(1)
+    assert torch.equal(pos["positional.hits"][:, 0, positional.OFFSETS.index(-1)], queries.float())
+
+
+def test_word_argmax_syntactic_and_rare_match_loops(batch) -> None:
+    alignments, pattern, geo = batch
+    relations = sorted({r for _, rels in TREES for r in rels} - {"root"})
+    rel_id = {r: i for i, r in enumerate(relations)}
+    n_batch, n_words = geo.word_real.shape
+    gold = torch.full((n_batch, n_words), -1)
+    rel = torch.full((n_batch, n_words), len(relations))
+    for b, ((heads, rels), a) in enumerate(zip(TREES, alignments, strict=True)):
+        plain = a.plain_words
+        for k, (h, r) in enumerate(zip(heads, rels, strict=True)):
+            if h >= 0:
+                gold[b, plain[k]], rel[b, plain[k]] = plain[h], rel_id[r]
+    wp = geo.word_patterns(pattern)
+    argmax = geo.word_argmax(wp)
+    hits = syntactic.collect(argmax, gold, rel, len(relations))
+    freq = Counter({"the": 100, "a": 90, "chef": 5, "fish": 5, "paris": 2, "fox": 3, "dog": 3})
+    for b, ((heads, rels), a) in enumerate(zip(TREES, alignments, strict=True)):
+        plain = a.plain_words
+        target = rare.targets(SENTENCES[b], freq)
+        for h in range(pattern.shape[1]):
+            ref = _word_pattern(pattern[b, h].double().numpy(), a)
+            np.testing.assert_allclose(wp[b, h, : len(a.words), : len(a.words)], ref, atol=1e-5)
+            arg = {k: _argmax_excluding(ref[plain[k]], a, plain[k]) for k in range(len(plain))}
+            dep, head = Counter(), Counter()
+            for k, (g, r) in enumerate(zip(heads, rels, strict=True)):
+                if g >= 0 and arg[k] == plain[g]:
+                    dep[r] += 1
+            for k in range(len(plain)):  # word k attends to j: right if j's head is k
+                j = a.plain_words.index(arg[k])
+                if heads[j] == k:
+                    head[rels[j]] += 1
+            for r, i in rel_id.items():
+                assert hits[b, h, i, 0] == dep[r], (b, h, r)
+                assert hits[b, h, i, 1] == head[r], (b, h, r)
+            rare_hits = sum(
+                1
+                for k in range(len(plain))
+                if not target[k] and target[a.plain_words.index(arg[k])]
+            )
+            rmask = torch.zeros(1, n_words, dtype=torch.bool)
+            qmask = torch.zeros(1, n_words, dtype=torch.bool)
+            for k, t in enumerate(target):
+                rmask[0, plain[k]], qmask[0, plain[k]] = t, not t
+            got = rare.collect(argmax[b : b + 1, h : h + 1], rmask, qmask)
+            assert int(got) == rare_hits
+
+
+def test_fixed_offset_baseline_by_hand() -> None:
+    # the cat sat on the mat: det(cat->the) nsubj(sat->cat) case(mat->on) det(mat->the) obl(sat->mat)
+    heads = [1, 2, -1, 5, 5, 2]
+    rels = ["det", "nsubj", "root", "case", "det", "obl"]
+    ids = {"det": 0, "nsubj": 1, "case": 2, "obl": 3}
+    counts, base = syntactic.sentence_counts(heads, [ids.get(r, -1) for r in rels], 4)
+    at = syntactic.OFFSETS.index
+    assert counts[0].tolist() == [2, 2]  # two det arcs; two (head, det) pairs
+    assert base[0, 0, at(1)] == 2  # both determiners sit just before their noun
+    assert base[0, 1, at(-1)] == 2  # and each noun finds its determiner at -1
+    assert base[3, 0, at(-3)] == 1  # mat -> sat is 3 words back
+    assert base[2, 1, at(-2)] == 1  # mat finds "on" two words back
+
+
+def test_coreference_counts_the_right_name(batch) -> None:
+    alignments, pattern, geo = batch
+    # in sentence 0: "who" (word 3 after [CLS]) as the pronoun; candidates "chef" and "Paris"
+    a = alignments[0]
+    plain = a.plain_words
+    pronoun = torch.tensor([plain[2]])
+    cands = torch.zeros(1, 2, geo.word_real.shape[1], dtype=torch.bool)
+    cands[0, 0, plain[1]] = True
+    cands[0, 1, plain[5]] = True
+    small = geo.__class__(**{k: v[:1] for k, v in vars(geo).items()})
+    got = coreference.collect(pattern[:1], small, pronoun, cands, torch.tensor([0]))
+    for h in range(pattern.shape[1]):
+        ref = _word_pattern(pattern[0, h].double().numpy(), a)
+        want = ref[plain[2], plain[1]] > ref[plain[2], plain[5]]
+        assert bool(got[0, h]) == want
+
+
+def test_induction_score_reads_the_token_after_the_earlier_copy() -> None:
+    half, start = 4, 1
+    t = start + 2 * half
+    pattern = torch.zeros(1, 2, t, t)
+    pattern[0, 0] = torch.eye(t)  # head 0 attends to itself
+    for i in range(half - 1):  # head 1 is a perfect induction head
+        pattern[0, 1, start + half + i, start + i + 1] = 1.0
+    score = induction.collect(pattern, half, start)
+    assert score[0].tolist() == [0.0, 1.0]
+
+
+def test_poisson_bootstrap_replicate_zero_is_the_plain_sum() -> None:
+    sums = Sums(n_items=6, replicates=50, seed=3)
+    values = torch.arange(12.0).view(6, 2)
+    sums.add("x", [4, 0, 2], values[[4, 0, 2]])
+    sums.add("x", [1, 3, 5], values[[1, 3, 5]])
+    total = sums.get("x")
+    assert torch.equal(total[0], values.sum(0).double())
+    # replicates differ from each other and average out near the plain sum
+    assert total[1:].std(0).min() > 0
+    assert abs(float(total[1:, 0].mean()) - 30.0) < 8
+    again = Sums(n_items=6, replicates=50, seed=3)
+    assert torch.equal(again.weights, sums.weights)

@@ -69,7 +69,7 @@ def test_head_mask_of_wrong_shape(mha: MultiHeadAttention) -> None:
 
 
 def test_pruning_every_head(mha: MultiHeadAttention) -> None:
-    with pytest.raises(PruningError, match="pruning all 4 heads would leave no attention"):
+    with pytest.raises(PruningError, match="removing all 4 heads would leave no attention"):
         mha.prune_heads([0, 1, 2, 3])
 
 

@@ -20,7 +20,8 @@ from torch import nn
 from headlab.attention.functional import attend
 from headlab.attention.kv_cache import KVCache
 from headlab.attention.masks import combine_masks
-from headlab.errors import ConfigError, PruningError, ShapeError
+from headlab.attention.surgery import head_rows, linear_columns, linear_rows, plan_removal
+from headlab.errors import ConfigError, ShapeError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,54 +325,19 @@ class MultiHeadAttention(nn.Module):
         remove = sorted(set(int(h) for h in heads))
         if not remove:
             return self
-        bad = [h for h in remove if not 0 <= h < self.n_heads]
-        if bad:
-            raise PruningError(f"head indices must be in [0, {self.n_heads}), got {bad}")
-        if len(remove) == self.n_heads:
-            raise PruningError(
-                f"pruning all {self.n_heads} heads would leave no attention; keep at least one"
-            )
-        keep = [h for h in range(self.n_heads) if h not in set(remove)]
-        g = self.n_groups
-        kept_per_group = [sum(1 for h in keep if h // g == grp) for grp in range(self.n_kv_heads)]
-        left = sorted({n for n in kept_per_group if n > 0})
-        if len(left) != 1:
-            raise PruningError(
-                f"pruning heads {remove} leaves KV groups with unequal query heads "
-                f"{kept_per_group}; remove whole groups of {g} or the same number from each group"
-            )
-        keep_kv = [grp for grp in range(self.n_kv_heads) if kept_per_group[grp] > 0]
+        keep, keep_kv = plan_removal(self.n_heads, self.n_kv_heads, remove, where="this module")
         d = self.head_dim
         q_size, k_size, _ = self._split_sizes()
 
-        def rows(base: int, idx: list[int]) -> torch.Tensor:
-            return torch.cat([torch.arange(base + i * d, base + (i + 1) * d) for i in idx])
-
         in_rows = torch.cat(
-            [rows(0, keep), rows(q_size, keep_kv), rows(q_size + k_size, keep_kv)]
-        ).to(self.in_proj.weight.device)
-        out_cols = rows(0, keep).to(self.out_proj.weight.device)
-        new_in = nn.Linear(
-            self.d_model,
-            in_rows.numel(),
-            self.in_proj.bias is not None,
-            device=self.in_proj.weight.device,
-            dtype=self.in_proj.weight.dtype,
+            [
+                head_rows(keep, d),
+                head_rows(keep_kv, d, offset=q_size),
+                head_rows(keep_kv, d, offset=q_size + k_size),
+            ]
         )
-        new_in.weight.copy_(self.in_proj.weight[in_rows])
-        if self.in_proj.bias is not None and new_in.bias is not None:
-            new_in.bias.copy_(self.in_proj.bias[in_rows])
-        new_out = nn.Linear(
-            out_cols.numel(),
-            self.d_model,
-            self.out_proj.bias is not None,
-            device=self.out_proj.weight.device,
-            dtype=self.out_proj.weight.dtype,
-        )
-        new_out.weight.copy_(self.out_proj.weight[:, out_cols])
-        if self.out_proj.bias is not None and new_out.bias is not None:
-            new_out.bias.copy_(self.out_proj.bias)
-        self.in_proj, self.out_proj = new_in, new_out
+        self.in_proj = linear_rows(self.in_proj, in_rows)
+        self.out_proj = linear_columns(self.out_proj, head_rows(keep, d))
         self.head_ids = [self.head_ids[h] for h in keep]
         self.n_heads, self.n_kv_heads = len(keep), len(keep_kv)
         return self

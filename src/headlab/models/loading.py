@@ -185,14 +185,27 @@ def load(
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
     model: Any
+    pruned = config_dict.get("headlab_pruned")
     try:
-        model = auto.from_pretrained(
-            str(folder),
-            use_safetensors=True,
-            dtype=dtype,
-            attn_implementation=ATTN_IMPLEMENTATION,
-            **common,
-        )
+        if pruned and not pruned.get("native"):
+            # a config the family cannot express: build the full shapes, shrink, then load
+            from transformers import AutoConfig
+
+            from headlab.pruning.physical import load_pruned_weights
+
+            config = AutoConfig.from_pretrained(str(folder), **common)
+            model = auto.from_config(config, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
+            load_pruned_weights(model, folder, adapter_for(str(model_type)), config_dict)
+        else:
+            model = auto.from_pretrained(
+                str(folder),
+                use_safetensors=True,
+                dtype=dtype,
+                attn_implementation=ATTN_IMPLEMENTATION,
+                **common,
+            )
+    except ModelLoadError:
+        raise
     except Exception as exc:
         raise ModelLoadError(
             f"{folder}: cannot load the weights ({type(exc).__name__}: {exc})"

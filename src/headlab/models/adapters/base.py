@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from headlab.errors import UnsupportedModelError
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerHandles:
@@ -44,6 +46,19 @@ class Adapter:
     def reserved_positions(self, config: Any) -> int:
         """Position slots the family uses for something other than tokens (0 for most)."""
         return 0
+
+    def prune_layer(
+        self, base_model: Any, layer: int, keep: list[int], keep_kv: list[int], head_dim: int
+    ) -> None:
+        """Rewrite layer ``layer`` in place so that only query heads ``keep`` and KV heads
+        ``keep_kv`` remain (indices into the layer's current heads, already validated)."""
+        raise UnsupportedModelError(f"physical pruning is not implemented for {self.family} models")
+
+    def native_config(
+        self, config: dict[str, Any], heads: list[int], kv_heads: list[int], head_dim: int
+    ) -> dict[str, Any] | None:
+        """The family's own config for a pruned model, when it can express one (else None)."""
+        return None
 
     def out_proj_weight(self, out_proj: nn.Module) -> torch.Tensor:
         """The output projection as an ``(E, H*D)`` matrix (``y = W x + b``)."""

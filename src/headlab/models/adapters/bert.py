@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from headlab.attention.surgery import head_rows, linear_columns, linear_rows
 from headlab.models.adapters.base import Adapter, LayerHandles
 
 
@@ -28,3 +29,16 @@ class BertAdapter(Adapter):
             return 0
         pad = getattr(config, "pad_token_id", None)
         return 0 if pad is None else pad + 1
+
+    def prune_layer(
+        self, base_model: Any, layer: int, keep: list[int], keep_kv: list[int], head_dim: int
+    ) -> None:
+        attention = base_model.encoder.layer[layer].attention
+        heads = attention.self
+        rows = head_rows(keep, head_dim)
+        heads.query = linear_rows(heads.query, rows)
+        heads.key = linear_rows(heads.key, rows)
+        heads.value = linear_rows(heads.value, rows)
+        attention.output.dense = linear_columns(attention.output.dense, rows)
+        heads.num_attention_heads = len(keep)
+        heads.all_head_size = len(keep) * head_dim

@@ -1,0 +1,161 @@
+"""Physical pruning: rewrite a real model's weights so that removed heads no longer exist.
+
+Query/key/value rows and output-projection columns of the removed heads go; under GQA whole KV
+groups go, or the same number of query heads from every group (see
+:func:`headlab.attention.surgery.plan_removal`). The result computes exactly what the unpruned
+model computes with those heads zero-ablated, in less time and memory.
+
+Saving: safetensors, with the per-layer head counts, head width and the original ids of the
+kept heads recorded in ``config.json`` (``headlab_pruned``), so that :func:`headlab.models.load`
+rebuilds the smaller shapes. Where the family's own config can express the result (Llama-family
+models: explicit ``head_dim``, the same counts in every layer) the folder also loads with
+transformers' ``AutoModel``. BERT-style configs tie the head width to ``hidden_size /
+num_attention_heads`` and transformers 5 dropped ``pruned_heads``, so those folders load with
+headlab only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from headlab.attention.surgery import plan_removal
+from headlab.errors import InputError, PruningError
+from headlab.models.loading import LoadedModel, wrap
+from headlab.outputs import atomic_folder
+
+PRUNED_KEY = "headlab_pruned"
+
+
+def head_ids(lm: LoadedModel) -> list[list[int]]:
+    """For each layer, the original index of each current head (``range`` if never pruned)."""
+    info = getattr(lm.model.config, PRUNED_KEY, None)
+    if info:
+        return [list(ids) for ids in info["head_ids"]]
+    return [list(range(n)) for n in lm.layout.heads_per_layer]
+
+
+def prune_model(lm: LoadedModel, remove: Mapping[int, Iterable[int]]) -> LoadedModel:
+    """Remove heads ``{layer: [current head indices]}`` from ``lm``'s model, in place.
+
+    Every layer's request is checked before any weight changes.
+
+    Raises:
+        PruningError: a layer would lose all its heads, or a GQA layout would break.
+        InputError: a layer index out of range.
+    """
+    if not lm.adapter.model_types:
+        raise PruningError("this model has no adapter")
+    plans: dict[int, tuple[list[int], list[int]]] = {}
+    for layer, heads in remove.items():
+        if not 0 <= int(layer) < lm.n_layers:
+            raise InputError(
+                f"layer {layer} out of range: the model has layers 0..{lm.n_layers - 1}"
+            )
+        heads = list(heads)
+        if not heads:
+            continue
+        plans[int(layer)] = plan_removal(
+            lm.layout.heads_per_layer[int(layer)],
+            lm.layout.kv_heads_per_layer[int(layer)],
+            heads,
+            where=f"layer {layer}",
+        )
+    ids = head_ids(lm)
+    heads_now = list(lm.layout.heads_per_layer)
+    kv_now = list(lm.layout.kv_heads_per_layer)
+    base = getattr(lm.model, "base_model", lm.model)
+    d = lm.head_dim
+    for layer, (keep, keep_kv) in sorted(plans.items()):
+        lm.adapter.prune_layer(base, layer, keep, keep_kv, d)
+        ids[layer] = [ids[layer][h] for h in keep]
+        heads_now[layer], kv_now[layer] = len(keep), len(keep_kv)
+    _record(lm, heads_now, kv_now, d, ids)
+    return wrap(lm.model, lm.tokenizer, name=lm.name, path=lm.path)
+
+
+def _record(
+    lm: LoadedModel, heads: list[int], kv_heads: list[int], head_dim: int, ids: list[list[int]]
+) -> None:
+    config = lm.model.config
+    native = lm.adapter.native_config(config.to_dict(), heads, kv_heads, head_dim)
+    if native:
+        for key, value in native.items():
+            setattr(config, key, value)
+    config.head_dim = head_dim
+    config.headlab_heads_per_layer = heads
+    config.headlab_kv_heads_per_layer = kv_heads
+    setattr(
+        config,
+        PRUNED_KEY,
+        {
+            "native": bool(native),
+            "heads_per_layer": heads,
+            "kv_heads_per_layer": kv_heads,
+            "head_dim": head_dim,
+            "head_ids": ids,
+        },
+    )
+
+
+def save_pruned(
+    lm: LoadedModel, out: str | Path, *, overwrite: bool = False, info: dict[str, Any] | None = None
+) -> Path:
+    """Save model, tokenizer and ``pruning.json`` (``info``) to ``out``, atomically."""
+    out = Path(out)
+    with atomic_folder(out, overwrite=overwrite) as tmp:
+        lm.model.save_pretrained(tmp, safe_serialization=True)
+        lm.tokenizer.save_pretrained(tmp)
+        if info is not None:
+            (tmp / "pruning.json").write_text(json.dumps(info, indent=2) + "\n")
+    return out
+
+
+def load_pruned_weights(model: Any, folder: Path, adapter: Any, config: dict[str, Any]) -> None:
+    """Shrink a freshly built (unpruned-shape) ``model`` to the saved layout and load weights."""
+    from safetensors.torch import load_file
+
+    from headlab.errors import ModelLoadError
+
+    info = config[PRUNED_KEY]
+    base = getattr(model, "base_model", model)
+    layers = adapter.layers(base)
+    for layer in range(len(layers)):
+        n_heads, n_kv = info["heads_per_layer"][layer], info["kv_heads_per_layer"][layer]
+        full_heads, full_kv = _current_counts(model.config, layer, len(layers))
+        group = full_heads // full_kv
+        per_group = n_heads // n_kv
+        keep = [g * group + i for g in range(n_kv) for i in range(per_group)]
+        if (n_heads, n_kv) != (full_heads, full_kv):
+            adapter.prune_layer(base, layer, keep, list(range(n_kv)), info["head_dim"])
+    state: dict[str, Any] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(str(file)))
+    target = model
+    own = set(model.state_dict())
+    if not set(state) & own:
+        prefix = f"{getattr(model, 'base_model_prefix', '')}."
+        if all(k.startswith(prefix) for k in state):
+            state = {k[len(prefix) :]: v for k, v in state.items()}
+        target = base
+    missing, unexpected = target.load_state_dict(state, strict=False)
+    tied = {k for k in missing if k.endswith("lm_head.weight")}
+    if unexpected or set(missing) - tied:
+        raise ModelLoadError(
+            f"{folder}: the saved weights do not fit the pruned layout "
+            f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
+    if tied and hasattr(model, "tie_weights"):
+        model.tie_weights()
+
+
+def _current_counts(config: Any, layer: int, n_layers: int) -> tuple[int, int]:
+    from headlab.spec.layout import layout_from_config
+
+    cfg = config.to_dict()
+    cfg.pop("headlab_heads_per_layer", None)
+    cfg.pop("headlab_kv_heads_per_layer", None)
+    layout = layout_from_config(cfg)
+    return layout.heads_per_layer[layer], layout.kv_heads_per_layer[layer]

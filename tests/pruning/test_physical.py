@@ -1,0 +1,117 @@
+"""Physical pruning on every family: the smaller model computes what the masked one computes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tests.models.tiny import FAMILIES, build
+
+from headlab.errors import OutputExistsError, PruningError
+from headlab.models import HeadCapture, encode, load
+from headlab.pruning import head_ids, prune_model, save_pruned
+from headlab.pruning.cost import count_parameters
+
+TEXTS = ["The chef who trained in Paris prepared the fish carefully.", "Short one."]
+
+
+def _removal(lm) -> dict[int, list[int]]:
+    """A valid removal for any layout: one head (MHA) or one KV group (GQA) per layer, and
+    under GQA with groups of 2+ also the same head from every remaining group in layer 1."""
+    n, kv = lm.layout.heads_per_layer[0], lm.layout.kv_heads_per_layer[0]
+    if kv == n:
+        return {0: [0], 1: [1, 2]}
+    group = n // kv
+    if kv == 1:  # MQA: the same number from the single group
+        return {0: [0], 1: [1, 2]}
+    return {0: list(range(group)), 1: [g * group for g in range(kv)] if group > 1 else [0]}
+
+
+def _hidden(lm, batch):
+    with torch.no_grad():
+        return lm.model(**batch).last_hidden_state
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_pruned_equals_masked_and_reloads(tmp_path: Path, family: str) -> None:
+    lm = load(build(family, tmp_path / "src"))
+    batch = encode(lm, TEXTS)
+    remove = _removal(lm)
+    with HeadCapture(lm, ablate=remove, record_queries_keys=False, record_head_outputs=False):
+        masked = _hidden(lm, batch)
+    before = count_parameters(lm.model)
+    small = prune_model(lm, remove)
+    pruned = _hidden(small, batch)
+    real = batch["attention_mask"].bool()
+    assert (pruned - masked).abs()[real].max() < 1e-5
+    assert count_parameters(small.model) < before
+    heads = [len(v) for v in remove.values()]
+    assert sum(small.layout.heads_per_layer) == sum(lm.layout.heads_per_layer) - sum(heads)
+    # head ids remember which original heads survived
+    assert head_ids(small)[0] == [h for h in range(lm.n_heads) if h not in remove[0]]
+    out = save_pruned(small, tmp_path / "out")
+    again = load(out)
+    assert again.layout.heads_per_layer == small.layout.heads_per_layer
+    assert (_hidden(again, batch) - pruned).abs()[real].max() < 1e-6
+    # pruning again, in current indices, keeps mapping to the original ids
+    if lm.layout.kv_heads_per_layer[0] == lm.n_heads:
+        twice = prune_model(again, {1: [0]})
+        assert head_ids(twice)[1] == head_ids(small)[1][1:]
+
+
+def test_uniform_llama_pruning_loads_in_transformers(tmp_path: Path) -> None:
+    from transformers import AutoModel
+
+    lm = load(build("llama", tmp_path / "src"))  # 4 heads, 2 KV groups per layer
+    batch = encode(lm, TEXTS)
+    small = prune_model(lm, {0: [0, 1], 1: [2, 3]})  # one whole group from every layer
+    assert small.model.config.headlab_pruned["native"] is True
+    out = save_pruned(small, tmp_path / "out")
+    plain = AutoModel.from_pretrained(str(out), local_files_only=True).eval()
+    assert plain.config.num_attention_heads == 2 and plain.config.num_key_value_heads == 1
+    with torch.no_grad():
+        ref = plain(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    assert (ref - _hidden(small, batch)).abs()[real].max() < 1e-5
+
+
+def test_bert_pruning_is_headlab_only(tmp_path: Path) -> None:
+    lm = load(build("bert", tmp_path / "src"))
+    small = prune_model(lm, {0: [1]})
+    assert small.model.config.headlab_pruned["native"] is False
+
+
+def test_bad_requests_are_clear_errors(tmp_path: Path) -> None:
+    lm = load(build("llama", tmp_path / "src"))  # 4 heads in 2 groups of 2
+    with pytest.raises(PruningError, match="layer 0: removing all 4 heads"):
+        prune_model(lm, {0: [0, 1, 2, 3]})
+    with pytest.raises(PruningError, match=r"unequal query heads \[1, 2\]"):
+        prune_model(lm, {0: [0]})
+    with pytest.raises(PruningError, match=r"head indices must be in \[0, 4\)"):
+        prune_model(lm, {1: [7]})
+    # nothing was changed by the refused requests
+    assert lm.layout.heads_per_layer == (4, 4) or list(lm.layout.heads_per_layer) == [4, 4]
+    assert lm.model.layers[0].self_attn.q_proj.out_features == 4 * lm.head_dim
+
+
+def test_saving_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lm = load(build("bert", tmp_path / "src"))
+    small = prune_model(lm, {0: [0]})
+    target = tmp_path / "out"
+    save_pruned(small, target)
+    with pytest.raises(OutputExistsError, match="already exists"):
+        save_pruned(small, target)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(small.tokenizer, "save_pretrained", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_pruned(small, tmp_path / "half")
+    assert not (tmp_path / "half").exists()
+    with pytest.raises(RuntimeError):
+        save_pruned(small, target, overwrite=True)
+    # the earlier complete model is untouched, and no temporary folders are left behind
+    assert (target / "config.json").is_file() and load(target).layout.heads_per_layer[0] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]

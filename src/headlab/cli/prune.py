@@ -61,6 +61,11 @@ def add_parser(sub: Any) -> None:
         "--importance-stsb",
         help="STS-B file to score importance on (default: every third pair of --stsb)",
     )
+    p.add_argument(
+        "--importance-pairs",
+        type=int,
+        help="score importance on this many pairs, evenly spaced through the file (default all)",
+    )
     p.add_argument("--text", help="held-out text file for perplexity")
     p.add_argument("--limit", type=int, help="use at most this many STS-B pairs")
     out = p.add_mutually_exclusive_group()
@@ -97,6 +102,11 @@ def _metrics(args: argparse.Namespace, lm: Any) -> tuple[Any, Any, dict[str, Any
         eval_pairs = [p for i, p in enumerate(pairs) if i % 3 != 0]
     from headlab.models import encode
 
+    if args.importance_pairs is not None:
+        if args.importance_pairs < 2:
+            raise InputError(f"--importance-pairs must be at least 2, got {args.importance_pairs}")
+        stride = max(1, len(imp_pairs) // args.importance_pairs)
+        imp_pairs = imp_pairs[::stride][: args.importance_pairs]
     probe = encode(lm, [p.first for p in eval_pairs[:64]])
     if metric == "stsb":
         return StsbMetric(eval_pairs), StsbMetric(imp_pairs), probe

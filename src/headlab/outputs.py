@@ -54,6 +54,9 @@ def atomic_folder(path: str | Path, *, overwrite: bool = False) -> Iterator[Path
     check()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result should not be
     try:
         yield tmp
         check()

@@ -34,6 +34,7 @@ class Geometry:
         log_visible: ``(B, T)`` log of the number of keys each query can see (0 for pads).
         from_words: ``(B, W, T)`` mean over a word's tokens.
         to_words: ``(B, T, W)`` sum over a word's tokens.
+        token_word: ``(B, T)`` each token's word (``W`` for padding).
         word_real: ``(B, W)`` the word exists (not padding).
         word_special: ``(B, W)`` the word is a special token.
     """
@@ -45,6 +46,7 @@ class Geometry:
     log_visible: torch.Tensor
     from_words: torch.Tensor
     to_words: torch.Tensor
+    token_word: torch.Tensor
     word_real: torch.Tensor
     word_special: torch.Tensor
 
@@ -54,8 +56,21 @@ class Geometry:
         return self.word_real & ~self.word_special
 
     def word_patterns(self, pattern: torch.Tensor) -> torch.Tensor:
-        """Token patterns ``(B, H, T, T)`` to word patterns ``(B, H, W, W)``."""
-        return self.from_words[:, None] @ pattern @ self.to_words[:, None]
+        """Token patterns ``(B, H, T, T)`` to word patterns ``(B, H, W, W)``.
+
+        Sums over each attended word's tokens, then means over each attending word's tokens,
+        as segment sums (``O(T^2)`` per head, not the ``O(W T^2)`` of dense matrix products).
+        """
+        n_batch, n_heads, n_tok, _ = pattern.shape
+        n_words = self.to_words.shape[2]
+        index = self.token_word[:, None, None, :].expand(n_batch, n_heads, n_tok, n_tok)
+        cols = pattern.new_zeros(n_batch, n_heads, n_tok, n_words + 1)
+        cols.scatter_add_(3, index, pattern)  # (B, H, T, W+1): sum over attended tokens
+        index = self.token_word[:, None, :, None].expand(n_batch, n_heads, n_tok, n_words + 1)
+        rows = pattern.new_zeros(n_batch, n_heads, n_words + 1, n_words + 1)
+        rows.scatter_add_(2, index, cols)  # sum over attending tokens
+        counts = self.to_words.sum(1).clamp_min(1.0)[:, None, :, None]  # (B, 1, W, 1)
+        return rows[:, :, :n_words, :n_words] / counts
 
     def word_argmax(self, word_pattern: torch.Tensor) -> torch.Tensor:
         """``(B, H, W)``: the word each word attends to most, self and special words excluded."""
@@ -109,6 +124,7 @@ def build_geometry(
         log_visible=log_visible,
         from_words=from_words,
         to_words=to_words,
+        token_word=token_word,
         word_real=word_real,
         word_special=word_special,
     )

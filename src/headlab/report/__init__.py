@@ -1,0 +1,91 @@
+"""``headlab report``: a self-contained HTML explorer of every head, and PNG figures.
+
+The folder holds ``index.html`` (data, script and style inline; nothing is fetched) and
+``figures/*.png``. It is written to a temporary sibling and renamed into place, so a reader never
+sees half a report.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from headlab.models.loading import LoadedModel
+from headlab.outputs import atomic_folder
+from headlab.report import figures
+from headlab.report.data import gather
+from headlab.report.html import render
+from headlab.roles.measure import RoleReport
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FOLDER = "headlab-report"
+MARKER = ".headlab-report"
+
+
+def write_report(
+    lm: LoadedModel,
+    roles: RoleReport,
+    out: str | Path,
+    *,
+    sentences: Sequence[str],
+    focus_word: str,
+    pruning: dict[str, Any] | None = None,
+    experiment: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Write the report folder ``out`` (index.html and figures/) atomically.
+
+    An existing folder is replaced only if it is a headlab report (it holds the marker file
+    ``.headlab-report``) or ``overwrite`` is true.
+    """
+    out = Path(out)
+    replace = overwrite or (out / MARKER).is_file()
+    say = progress or (lambda message: None)
+    say("collecting attention patterns for the viewer")
+    data = gather(
+        lm, roles, sentences, focus_word=focus_word, pruning=pruning, experiment=experiment
+    )
+    with atomic_folder(out, overwrite=replace) as tmp:
+        say("drawing figures")
+        fig_dir = tmp / "figures"
+        fig_dir.mkdir()
+        made = [
+            (
+                figures.role_grid(data, fig_dir / "role_grid.png"),
+                "Dominant role of every head (letters faint where the role is unstable)",
+            )
+        ]
+        for layer, head, why in _showcase(roles):
+            name = f"heatmap_L{layer}_H{head}.png"
+            title = f"layer {layer}, head {head} ({why}) on the lesson sentence"
+            made.append(
+                (figures.heatmap(data["sentences"][0], layer, head, fig_dir / name, title), title)
+            )
+        if pruning:
+            made.append(
+                (
+                    figures.pruning_curve(pruning, fig_dir / "pruning_curve.png"),
+                    "Pruning curve",
+                )
+            )
+        rel = [(f"figures/{path.name}", caption) for path, caption in made]
+        say("writing index.html")
+        (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
+        (tmp / MARKER).write_text("written by headlab report\n", encoding="utf-8")
+    return out
+
+
+def _showcase(roles: RoleReport) -> list[tuple[int, int, str]]:
+    """The clearest head of each role present (highest margin), for the heatmap figures."""
+    best: dict[str, tuple[float, int, int, str]] = {}
+    for h in roles.heads:
+        if h.role == "unclassified" or h.margin is None:
+            continue
+        label = f"{h.role}: {h.detail}" if h.detail else h.role
+        if h.role not in best or h.margin > best[h.role][0]:
+            best[h.role] = (h.margin, h.layer, h.head, label)
+    return [(layer, head, label) for _, layer, head, label in best.values()]

@@ -1,0 +1,73 @@
+"""Everything the report shows, gathered into one JSON-ready dict."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from headlab.models.analysis import word_attention
+from headlab.models.loading import LoadedModel
+from headlab.roles.measure import RoleReport
+
+logger = logging.getLogger(__name__)
+
+#: viewers older than this report choke on long inputs; longer sentences are cut, with a notice
+MAX_VIEWER_WORDS = 80
+
+
+def sentence_patterns(lm: LoadedModel, text: str) -> dict[str, Any]:
+    """Word-level attention of every head for one sentence, rounded for the page.
+
+    Returns ``{"text", "words", "special", "truncated", "patterns": [layer][head][W][W]}``.
+    """
+    wa = word_attention(lm, text)
+    words = list(wa.alignment.words)
+    special = list(wa.alignment.is_special)
+    truncated = len(words) > MAX_VIEWER_WORDS
+    keep = min(len(words), MAX_VIEWER_WORDS)
+    patterns = []
+    for layer in range(lm.n_layers):
+        p = wa.patterns[layer][:, :keep, :keep]  # (H, W, W)
+        patterns.append([[[round(float(x), 3) for x in row] for row in head] for head in p])
+    return {
+        "text": text,
+        "words": words[:keep],
+        "special": special[:keep],
+        "truncated": truncated,
+        "total_words": len(words),
+        "patterns": patterns,
+    }
+
+
+def gather(
+    lm: LoadedModel,
+    roles: RoleReport,
+    sentences: Sequence[str],
+    *,
+    focus_word: str,
+    pruning: dict[str, Any] | None = None,
+    experiment: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report's data: model, spec, roles, viewer sentences, and optional extra results."""
+    from headlab.spec.costs import compute_spec
+
+    spec = compute_spec(lm.layout, context=512, dtype="fp32").as_dict()
+    viewer = []
+    for text in sentences:
+        logger.info("patterns for %r", text[:40])
+        viewer.append(sentence_patterns(lm, text))
+    return {
+        "schema": "headlab.report/1",
+        "model": lm.name,
+        "model_path": str(Path(lm.path)),
+        "layers": lm.n_layers,
+        "heads": lm.n_heads,
+        "spec": spec,
+        "roles": roles.to_json(),
+        "sentences": viewer,
+        "focus": {"sentence": 0, "word": focus_word},
+        "pruning": pruning,
+        "experiment": experiment,
+    }

@@ -1,0 +1,105 @@
+"""The HTML report in a real browser: Debian's chromium driven by Playwright (no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from headlab.cli import main
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+XSS = "<script>window.__pwned = 1</script> The chef <b>cooked</b> & left."
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("rep") / "report"
+    argv = ["report", "--out", str(out), "--limit", "40", "--replicates", "10"]
+    assert main([*argv, "--sentence", XSS]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(
+            f"{CHROMIUM} is missing: the README's test command installs it (apt-get install -y chromium)"
+        )
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, report: Path):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.errors = []  # type: ignore[attr-defined]
+    page.requests = []  # type: ignore[attr-defined]
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("request", lambda r: page.requests.append(r.url))
+    page.goto((report / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    yield page
+    page.close()
+
+
+def test_files_written(report: Path) -> None:
+    assert (report / "index.html").is_file()
+    pngs = sorted(p.name for p in (report / "figures").glob("*.png"))
+    assert "role_grid.png" in pngs and any(n.startswith("heatmap_") for n in pngs)
+    assert not any(p.name.endswith(".tmp") for p in report.parent.iterdir())
+
+
+def test_opens_offline_on_the_lesson_without_errors(page, tmp_path: Path) -> None:
+    assert page.errors == []
+    remote = [u for u in page.requests if not u.startswith(("file://", "data:"))]
+    assert remote == []
+    assert page.locator("#model").text_content() == "all-MiniLM-L6-v2"
+    assert page.locator("#grid button").count() == 72
+    chosen = page.locator("#viewer svg text.chosen")
+    assert chosen.count() == 1 and chosen.text_content() == "prepared"
+    assert page.locator("#viewer svg line").count() > 12  # every head's lines from "prepared"
+    # figures load from disk
+    widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.naturalWidth)")
+    assert widths and all(w > 0 for w in widths)
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+
+def test_clicking_a_head_changes_the_viewer(page) -> None:
+    before = page.locator("#viewer").inner_html()
+    page.click("#grid button[data-layer='3'][data-head='1']")
+    viewer = page.locator("#viewer")
+    assert viewer.get_attribute("data-layer") == "3" and viewer.get_attribute("data-head") == "1"
+    assert viewer.inner_html() != before
+    assert page.locator("#details h3").text_content().startswith("Layer 3, head 1")
+    page.select_option("#mode", "heatmap")
+    assert page.locator("#viewer table.heat td").count() > 50
+    page.hover("#grid button[data-layer='0'][data-head='2']")
+    assert page.locator("#details h3").text_content().startswith("Layer 0, head 2")
+    assert page.errors == []
+
+
+def test_user_text_is_inert(page) -> None:
+    index = page.eval_on_selector_all(
+        "#sentence option", "os => os.findIndex(o => o.textContent.includes('<script>'))"
+    )
+    assert index >= 1
+    page.select_option("#sentence", str(index))
+    words = page.eval_on_selector_all("#viewer svg text", "ts => ts.map(t => t.textContent)")
+    assert "<" in words and "script" in words  # shown as words, not run
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("b", has_text="cooked").count() == 0
+    assert page.errors == []

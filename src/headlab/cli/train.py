@@ -1,0 +1,70 @@
+"""``headlab train``: train a small causal language model with headlab's own attention."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from headlab.cli._output import emit_json
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a small causal language model on a text file",
+        description=(
+            "Train a GPT-2-style model built on headlab's MultiHeadAttention (AdamW, warm-up and "
+            "cosine schedule, seeded and deterministic on CPU) on the first 90% of a text file, "
+            "with a byte-level BPE tokenizer trained on the same part; report perplexity on the "
+            "rest. The folder loads with headlab (roles, heads, prune) and with transformers."
+        ),
+    )
+    p.add_argument("--text", required=True, help="a UTF-8 text file (e.g. TinyShakespeare)")
+    p.add_argument("--out", required=True, help="output folder (refused if it exists)")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--context", type=int, default=128, help="tokens per training window")
+    p.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary size")
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from headlab.errors import InputError, OutputExistsError
+    from headlab.training.language_model import LMRecipe, train_language_model
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise OutputExistsError(f"{out} already exists (choose another folder, or --overwrite)")
+    try:
+        text = Path(args.text).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read --text {args.text}: {exc}") from None
+    recipe = LMRecipe(
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        d_ff=4 * args.d_model,
+        context=args.context,
+        vocab_size=args.vocab,
+        steps=args.steps,
+        seed=args.seed,
+    )
+    info = train_language_model(
+        text, out, recipe, source=Path(args.text).name, overwrite=args.overwrite, progress=True
+    )
+    if args.json:
+        emit_json(info)
+    else:
+        print(
+            f"trained {out}: held-out perplexity {info['held_out_perplexity']:.2f} "
+            f"({info['held_out_tokens']:,} tokens); load it with headlab.models.load",
+            file=sys.stdout,
+        )
+    return 0

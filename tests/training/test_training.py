@@ -1,0 +1,177 @@
+"""Training on headlab's own attention: export parity, determinism, the schedule, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from headlab.cli import main
+from headlab.datasets import sample_path
+from headlab.models import HeadCapture, load
+from headlab.training import (
+    ModelConfig,
+    TinyTransformer,
+    TrainConfig,
+    load_checkpoint,
+    save_checkpoint,
+    to_gpt2,
+)
+from headlab.training.tasks import BindingTask, lm_loss
+from headlab.training.trainer import lr_at, seed_everything, train
+
+
+def _random_model(seed: int = 0) -> TinyTransformer:
+    torch.manual_seed(seed)
+    model = TinyTransformer(
+        ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_len=16)
+    )
+    with torch.no_grad():  # move every weight off its initial value, biases included
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+def test_export_to_gpt2_computes_the_same_logits() -> None:
+    model = _random_model()
+    hf = to_gpt2(model)
+    ids = torch.randint(0, 50, (3, 16))
+    with torch.no_grad():
+        assert torch.allclose(model(ids), hf(input_ids=ids).logits, atol=1e-5)
+
+
+def test_same_seed_same_model_other_seed_other_model() -> None:
+    task = BindingTask(n_content=8, length=12)
+
+    def run(seed: int) -> dict[str, torch.Tensor]:
+        gen = seed_everything(seed)
+        model = TinyTransformer(ModelConfig(vocab_size=50, d_model=32, n_heads=2, max_len=32))
+        ids = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(5))
+        train(model, lm_loss(ids, 16, 8), TrainConfig(steps=15, warmup=3, seed=seed), gen)
+        return model.state_dict()
+
+    a, b, c = run(0), run(0), run(1)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+    assert task.vocab_size == 11
+
+
+def test_warmup_then_cosine() -> None:
+    cfg = TrainConfig(steps=100, lr=1.0, warmup=10)
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(10, cfg) == pytest.approx(1.0)
+    assert lr_at(55, cfg) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_at(100, cfg) == pytest.approx(0.1)
+    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
+
+
+def test_checkpoint_round_trip(tmp_path: Path) -> None:
+    model = _random_model(3)
+    save_checkpoint(model, tmp_path / "ck", {"note": "x"})
+    again = load_checkpoint(tmp_path / "ck")
+    ids = torch.randint(0, 50, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(model(ids), again(ids))
+
+
+def test_binding_task_puts_markers_before_their_answers() -> None:
+    task = BindingTask()
+    ids, targets, where = task.batch(500, torch.Generator().manual_seed(0))
+    s_tok, o_tok, q_tok = task.markers
+    rows = torch.arange(500)
+    assert torch.equal(ids[rows, where[:, 0] - 1], torch.full((500,), s_tok))
+    assert torch.equal(ids[rows, where[:, 1] - 1], torch.full((500,), o_tok))
+    assert torch.equal(ids[rows, where[:, 0]], targets[:, 0])
+    assert torch.equal(ids[rows, where[:, 1]], targets[:, 1])
+    assert bool((ids[:, -1] == q_tok).all()) and bool(
+        ((where[:, 0] - where[:, 1]).abs() >= 2).all()
+    )
+
+
+def test_train_command_writes_a_model_headlab_and_transformers_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    text = tmp_path / "text.txt"
+    words = [
+        line.split("\t")[1]
+        for line in sample_path("treebank").read_text().splitlines()
+        if line and line[0].isdigit() and "\t" in line
+    ]
+    text.write_text(" ".join(words))
+    out = tmp_path / "lm"
+    argv = [
+        "train",
+        "--text",
+        str(text),
+        "--out",
+        str(out),
+        "--d-model",
+        "32",
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--context",
+        "32",
+        "--vocab",
+        "300",
+        "--steps",
+        "20",
+        "--json",
+    ]
+    assert main(argv) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert math.isfinite(info["held_out_perplexity"]) and info["recipe"]["seed"] == 0
+    assert json.loads((out / "RECIPE.json").read_text())["recipe"]["steps"] == 20
+    lm = load(out)
+    assert (lm.n_layers, lm.n_heads) == (2, 2) and lm.causal
+    native = load_checkpoint(out / "headlab")
+    ids = torch.tensor([lm.tokenizer("the cat sat on the mat")["input_ids"]])
+    hf = AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True).eval()
+    with torch.no_grad():
+        assert torch.allclose(native(ids), hf(input_ids=ids).logits, atol=1e-5)
+        with HeadCapture(lm) as cap:
+            lm.model(input_ids=ids)
+        x = native.wte(ids) + native.wpe(torch.arange(ids.shape[1]))
+        first = native.layers[0]
+        ref = first.attn.inspect(first.ln_1(x), is_causal=True).weights
+    assert torch.allclose(cap.pattern(0), ref, atol=1e-5)  # the heads headlab sees are ours
+    assert main(argv) == 1  # the folder now exists
+
+
+def test_quick_experiment_multi_head_beats_one_head(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["experiment", "one-vs-many", "--quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["task"] == "binding"
+    runs = out["runs"]
+    assert {(r["n_heads"], r["metric"]) for r in runs} == {(1, "accuracy"), (4, "accuracy")}
+    acc = {r["n_heads"]: r["value"] for r in runs}
+    assert acc[4] > acc[1] + 0.2
+    # same width, same parameters: heads split the width
+    assert len({r["params"] for r in runs}) == 1
+    one = next(r for r in runs if r["n_heads"] == 1)["diagnostic"]["heads"]
+    assert len(one) == 1 and one[0]["mass_on_subject"] + one[0]["mass_on_object"] <= 1.0 + 1e-6
+
+
+def test_bundled_causal_model_opens_offline_for_causal_analysis() -> None:
+    from headlab.datasets import read_conllu
+    from headlab.roles import RoleOptions, measure_roles
+
+    lm = load("tiny-shakespeare")
+    recipe = json.loads((lm.path / "RECIPE.json").read_text())
+    assert recipe["trained_by"] == "headlab train" and recipe["recipe"]["seed"] == 0
+    assert lm.causal and (lm.n_layers, lm.n_heads) == (4, 4)
+    assert sum(f.stat().st_size for f in lm.path.iterdir()) < 6_000_000  # a few MB
+    report = measure_roles(
+        lm,
+        read_conllu(sample_path("treebank"), limit=20),
+        options=RoleOptions(replicates=5, induction_sequences=8, induction_length=20),
+    )
+    for head in report.heads:
+        assert 0.0 <= head.scores["induction"] <= 1.0
+        assert 0.0 <= head.scores["previous"] <= 1.0

@@ -200,7 +200,8 @@ def test_coreference_counts_the_right_name(batch) -> None:
     cands[0, 0, plain[1]] = True
     cands[0, 1, plain[5]] = True
     small = geo.__class__(**{k: v[:1] for k, v in vars(geo).items()})
-    got = coreference.collect(pattern[:1], small, pronoun, cands, torch.tensor([0]))
+    row = coreference.pronoun_row(pattern[:1], small, pronoun)
+    got = coreference.collect(row, cands, torch.tensor([0]))
     for h in range(pattern.shape[1]):
         ref = _word_pattern(pattern[0, h].double().numpy(), a)
         want = ref[plain[2], plain[1]] > ref[plain[2], plain[5]]

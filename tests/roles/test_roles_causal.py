@@ -26,3 +26,25 @@ def test_causal_models_get_induction_scores(tmp_path: Path, family: str) -> None
         assert head.stability is not None
     # a causal head sees one key at the first position: the entropy ratio skips such rows
     assert all(h.scores["broad"] is not None for h in report.heads)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_query_blocks_give_the_same_statistics(tmp_path: Path, family: str) -> None:
+    from headlab.datasets import read_gap
+
+    lm = load(build(family, tmp_path / family))
+    tb = read_conllu(sample_path("treebank"), limit=16)
+    gap = read_gap(sample_path("gap"), limit=6)
+    opts = {"replicates": 3, "induction_sequences": 4, "induction_length": 8}
+    whole = measure_roles(lm, tb, gap=gap, options=RoleOptions(**opts))
+    # blocks of a few query rows: every probe must add up across blocks
+    blocked = measure_roles(lm, tb, gap=gap, options=RoleOptions(**opts, block_elements=500))
+    for a, b in zip(whole.heads, blocked.heads, strict=True):
+        assert a.role == b.role
+        for key, value in a.scores.items():
+            assert value == pytest.approx(b.scores[key], abs=1e-5), key
+    assert [r.accuracy for r in whole.relations] == pytest.approx(
+        [r.accuracy for r in blocked.relations]
+    )
+    assert whole.coreference is not None and blocked.coreference is not None
+    assert whole.coreference.accuracy == pytest.approx(blocked.coreference.accuracy)

@@ -75,35 +75,92 @@ def attention_pattern(
     is_causal: bool,
     scaling: float,
     heads: Sequence[int] | None = None,
+    rows: tuple[int, int] | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """softmax(q k^T * scaling + mask) for the chosen heads, in float32.
+    """softmax(q k^T * scaling + mask) for the chosen heads and query rows.
+
+    ``rows=(start, stop)`` computes only those query positions (for block-wise statistics that
+    never hold a full ``T x T`` pattern); ``dtype`` is the precision of the product (the softmax
+    is always taken in float32).
 
     Shape:
-        q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``; returns ``(B, h, T, S)``.
+        q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``; returns ``(B, h, t, S)`` float32.
     """
     n_heads, n_kv = q.shape[1], k.shape[1]
+    n_queries = q.shape[2]
+    start, stop = rows if rows is not None else (0, n_queries)
     idx = (
         torch.arange(n_heads, device=q.device)
         if heads is None
         else torch.as_tensor(list(heads), device=q.device)
     )
-    q_sel = q.index_select(1, idx).float()  # (B, h, T, D)
-    k_sel = k.index_select(1, idx // (n_heads // n_kv)).float()  # (B, h, S, D)
-    scores = torch.matmul(q_sel, k_sel.transpose(-2, -1)) * scaling  # (B, h, T, S)
-    t, s = scores.shape[-2:]
+    q_sel = q[:, :, start:stop].index_select(1, idx).to(dtype)  # (B, h, t, D)
+    k_sel = k.index_select(1, idx // (n_heads // n_kv)).to(dtype)  # (B, h, S, D)
+    scores = torch.matmul(q_sel, k_sel.transpose(-2, -1)).float() * scaling  # (B, h, t, S)
+    s = scores.shape[-1]
     if mask is not None:
         m = mask
         if m.dim() == 4 and m.shape[1] not in (1, idx.numel()):
             m = m.index_select(1, idx)
+        if m.dim() >= 2 and m.shape[-2] == n_queries:
+            m = m[..., start:stop, :]
         if m.dtype == torch.bool:
             scores = scores.masked_fill(~m, float("-inf"))
         else:
             scores = scores + m.float()
-    elif is_causal:
-        allowed = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)  # (T, S)
+    elif is_causal:  # bottom-right aligned, as sdpa with is_causal
+        row = torch.arange(start, stop, device=q.device)[:, None] + (s - n_queries)
+        allowed = torch.arange(s, device=q.device)[None, :] <= row  # (t, S)
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return torch.nan_to_num(weights, nan=0.0)  # rows with no visible key: zeros
+
+
+def attention_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    scaling: float,
+    rows: tuple[int, int],
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights ``(B, H, t, S)`` and each row's entropy ``(B, H, t)`` for query rows ``rows``.
+
+    The statistics path: masked keys get a large negative score rather than ``-inf``, so no
+    NaN clean-up pass is needed (rows with no visible key, which only padding has, come out
+    uniform instead of zero: callers never count them), and the entropy comes from the
+    log-partition function, ``H = logZ - sum_j p_j s_j``, without a logarithm per weight.
+    """
+    n_heads, n_kv = q.shape[1], k.shape[1]
+    n_queries = q.shape[2]
+    start, stop = rows
+    k_all = k if n_kv == n_heads else k.repeat_interleave(n_heads // n_kv, dim=1)
+    scores = torch.matmul(
+        q[:, :, start:stop].to(dtype), k_all.to(dtype).transpose(-2, -1)
+    ).float()  # (B, H, t, S)
+    scores.mul_(scaling)
+    s = scores.shape[-1]
+    if mask is not None:
+        m = mask
+        if m.dim() >= 2 and m.shape[-2] == n_queries:
+            m = m[..., start:stop, :]
+        if m.dtype == torch.bool:
+            scores.masked_fill_(~m, -1e30)
+        else:
+            scores.add_(m.float().clamp_min(-1e30))
+    elif is_causal:
+        row = torch.arange(start, stop, device=q.device)[:, None] + (s - n_queries)
+        scores.masked_fill_(torch.arange(s, device=q.device)[None, :] > row, -1e30)
+    top = scores.amax(dim=-1, keepdim=True)  # (B, H, t, 1)
+    weights = torch.exp(scores - top)
+    total = weights.sum(dim=-1, keepdim=True)
+    weights.div_(total)
+    log_z = (top + total.log()).squeeze(-1)  # (B, H, t)
+    entropy = log_z - (weights * scores).sum(-1)
+    return weights, entropy
 
 
 class HeadCapture:
@@ -228,14 +285,54 @@ class HeadCapture:
             raise InputError(f"layer {layer} was not captured (captured: {sorted(self.records)})")
         return self.records[layer]
 
-    def pattern(self, layer: int, heads: Sequence[int] | None = None) -> torch.Tensor:
-        """Attention weights ``(B, h, T, S)`` of ``heads`` (default all) of ``layer``."""
+    def pattern(
+        self,
+        layer: int,
+        heads: Sequence[int] | None = None,
+        *,
+        rows: tuple[int, int] | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """Attention weights ``(B, h, T, S)`` of ``heads`` (default all) of ``layer``; only query
+        rows ``start:stop`` with ``rows``; the product in ``dtype`` (softmax in float32)."""
         rec = self._record(layer)
         if rec.q is None or rec.k is None:
             raise InputError("patterns need record_queries_keys=True")
         return attention_pattern(
-            rec.q, rec.k, mask=rec.mask, is_causal=rec.is_causal, scaling=rec.scaling, heads=heads
+            rec.q,
+            rec.k,
+            mask=rec.mask,
+            is_causal=rec.is_causal,
+            scaling=rec.scaling,
+            heads=heads,
+            rows=rows,
+            dtype=dtype,
         )
+
+    def pattern_rows(
+        self, layer: int, rows: tuple[int, int], dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(weights (B, H, t, S), entropy (B, H, t))`` of all heads for query rows ``rows``
+        (see :func:`attention_rows`; rows that see no key are not meaningful)."""
+        rec = self._record(layer)
+        if rec.q is None or rec.k is None:
+            raise InputError("patterns need record_queries_keys=True")
+        return attention_rows(
+            rec.q,
+            rec.k,
+            mask=rec.mask,
+            is_causal=rec.is_causal,
+            scaling=rec.scaling,
+            rows=rows,
+            dtype=dtype,
+        )
+
+    def n_queries(self, layer: int) -> int:
+        """Number of query positions captured for ``layer``."""
+        rec = self._record(layer)
+        if rec.q is None:
+            raise InputError("patterns need record_queries_keys=True")
+        return int(rec.q.shape[2])
 
     def head_output(self, layer: int) -> torch.Tensor:
         """Each head's output ``(B, H, T, D)`` (after ablation, as the output projection saw it)."""

@@ -14,6 +14,9 @@ import torch
 
 from headlab.models.words import Alignment
 
+#: up to this many (words x tokens), word sums use a dense product instead of a scatter
+DENSE_LIMIT = 1 << 16
+
 _PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’–—…«»¿¡")
 
 
@@ -55,22 +58,35 @@ class Geometry:
         """``(B, W)`` words an argmax may land on: real and not special."""
         return self.word_real & ~self.word_special
 
-    def word_patterns(self, pattern: torch.Tensor) -> torch.Tensor:
-        """Token patterns ``(B, H, T, T)`` to word patterns ``(B, H, W, W)``.
+    def word_sums(self, pattern: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Unnormalised word pattern ``(B, H, W+1, W+1)`` of query rows ``start:start+t``.
 
-        Sums over each attended word's tokens, then means over each attending word's tokens,
-        as segment sums (``O(T^2)`` per head, not the ``O(W T^2)`` of dense matrix products).
+        ``pattern`` is ``(B, H, t, T)``: sums over each attended word's tokens and over the
+        attending word's tokens, as segment sums (``O(t T)`` per head, no dense matrices).
+        Blocks of rows add up; :meth:`finish_words` turns the total into means.
         """
-        n_batch, n_heads, n_tok, _ = pattern.shape
+        n_batch, n_heads, n_rows, n_tok = pattern.shape
         n_words = self.to_words.shape[2]
-        index = self.token_word[:, None, None, :].expand(n_batch, n_heads, n_tok, n_tok)
-        cols = pattern.new_zeros(n_batch, n_heads, n_tok, n_words + 1)
-        cols.scatter_add_(3, index, pattern)  # (B, H, T, W+1): sum over attended tokens
-        index = self.token_word[:, None, :, None].expand(n_batch, n_heads, n_tok, n_words + 1)
-        rows = pattern.new_zeros(n_batch, n_heads, n_words + 1, n_words + 1)
-        rows.scatter_add_(2, index, cols)  # sum over attending tokens
+        if n_words * n_tok <= DENSE_LIMIT:  # short inputs: a small matrix product is faster
+            cols = torch.nn.functional.pad(pattern @ self.to_words[:, None, :n_tok], (0, 1))
+        else:
+            cols = pattern.new_zeros(n_batch, n_heads, n_rows, n_words + 1)
+            index = self.token_word[:, None, None, :n_tok].expand(n_batch, n_heads, n_rows, n_tok)
+            cols.scatter_add_(3, index, pattern)  # sum over attended tokens
+        owner = self.token_word[:, None, start : start + n_rows, None]
+        index = owner.expand(n_batch, n_heads, n_rows, n_words + 1)
+        out = pattern.new_zeros(n_batch, n_heads, n_words + 1, n_words + 1)
+        return out.scatter_add_(2, index, cols)  # sum over attending tokens
+
+    def finish_words(self, sums: torch.Tensor) -> torch.Tensor:
+        """Summed word rows ``(B, H, W+1, W+1)`` -> word pattern ``(B, H, W, W)`` (means)."""
+        n_words = self.to_words.shape[2]
         counts = self.to_words.sum(1).clamp_min(1.0)[:, None, :, None]  # (B, 1, W, 1)
-        return rows[:, :, :n_words, :n_words] / counts
+        return sums[:, :, :n_words, :n_words] / counts
+
+    def word_patterns(self, pattern: torch.Tensor) -> torch.Tensor:
+        """Token patterns ``(B, H, T, T)`` to word patterns ``(B, H, W, W)``."""
+        return self.finish_words(self.word_sums(pattern))
 
     def word_argmax(self, word_pattern: torch.Tensor) -> torch.Tensor:
         """``(B, H, W)``: the word each word attends to most, self and special words excluded."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,10 @@ class RoleOptions:
         induction_length: length of each random half.
         thresholds: the bars of each role.
         progress: a progress bar on stderr.
+        block_elements: patterns are recomputed in blocks of query rows of at most this many
+            weights (``B x H x rows x T``), so no full ``T x T`` pattern of a long input exists.
+        dtype: precision of the recomputed ``q k^T`` (``torch.bfloat16`` is faster on CPUs with
+            AMX; the softmax and the statistics stay in float32).
     """
 
     replicates: int = 100
@@ -59,6 +63,19 @@ class RoleOptions:
     induction_length: int = 48
     thresholds: Thresholds = field(default_factory=Thresholds)
     progress: bool = False
+    block_elements: int = 1 << 24
+    dtype: torch.dtype = torch.float32
+
+
+def _blocks(capture: Any, layer: int, n_batch: int, n_heads: int, options: RoleOptions) -> Any:
+    """Yield ``(start, pattern rows (B, H, t, T), entropy (B, H, t))`` covering every query
+    position of ``layer``."""
+    n_queries = capture.n_queries(layer)
+    rows = max(1, options.block_elements // max(1, n_batch * n_heads * n_queries))
+    for start in range(0, n_queries, rows):
+        stop = min(n_queries, start + rows)
+        weights, entropy = capture.pattern_rows(layer, (start, stop), options.dtype)
+        yield start, weights.cpu(), entropy.cpu()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,17 +178,21 @@ def _rounded(obj: Any) -> Any:
 # ---------------------------------------------------------------------------------- passes
 
 
-def _treebank_pass(
+def treebank_consumer(
     lm: LoadedModel,
     sentences: Sequence[TreebankSentence],
     frequencies: Counter[str],
     relations: list[str],
     sums: Sums,
     options: RoleOptions,
-) -> dict[str, int]:
+) -> Callable[[Batch], None]:
+    """The per-batch work of the treebank pass: every probe of every layer, into ``sums``.
+
+    ``batch.capture`` only needs ``pattern_rows(layer, rows, dtype)`` and ``n_queries(layer)``,
+    so benchmarks can feed it patterns from elsewhere (eager maps).
+    """
     rel_id = {r: i for i, r in enumerate(relations)}
     n_rel = len(relations)
-    skipped: Counter[str] = Counter()
 
     def consume(batch: Batch) -> None:
         n_positions = batch.inputs["input_ids"].shape[1]
@@ -209,14 +230,20 @@ def _treebank_pass(
         sums.add("syntactic.count", idx, counts)
         sums.add("syntactic.baseline", idx, base)
         for layer in range(lm.n_layers):
-            pattern = batch.capture.pattern(layer).cpu()  # (B, H, T, T)
-            for name, value in (
-                *positional.collect(pattern, geo).items(),
-                *delimiter.collect(pattern, geo).items(),
-                *broad.collect(pattern, geo).items(),
-            ):
-                sums.add_layer(name, layer, lm.n_layers, idx, value)
-            argmax = geo.word_argmax(geo.word_patterns(pattern))  # (B, H, W)
+            words = None
+            n_heads = lm.layout.heads_per_layer[layer]
+            for start, pattern, entropy in _blocks(batch.capture, layer, n_batch, n_heads, options):
+                for name, value in (  # pattern rows (B, H, t, T)
+                    *positional.collect(pattern, geo, start).items(),
+                    *delimiter.collect(pattern, geo, start).items(),
+                    *broad.collect(pattern, geo, start, entropy=entropy).items(),
+                ):
+                    sums.add_layer(name, layer, lm.n_layers, idx, value)
+                part = geo.word_sums(pattern, start)
+                words = part if words is None else words + part
+            if words is None:
+                continue
+            argmax = geo.word_argmax(geo.finish_words(words))  # (B, H, W)
             sums.add_layer(
                 "syntactic.hits",
                 layer,
@@ -228,6 +255,19 @@ def _treebank_pass(
                 "rare.hits", layer, lm.n_layers, idx, rare.collect(argmax, rare_target, rare_query)
             )
 
+    return consume
+
+
+def _treebank_pass(
+    lm: LoadedModel,
+    sentences: Sequence[TreebankSentence],
+    frequencies: Counter[str],
+    relations: list[str],
+    sums: Sums,
+    options: RoleOptions,
+) -> dict[str, int]:
+    consume = treebank_consumer(lm, sentences, frequencies, relations, sums, options)
+    skipped: Counter[str] = Counter()
     for s in run_corpus(
         lm,
         [s.words for s in sentences],
@@ -287,9 +327,17 @@ def _gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -
         sums.add("coref.examples", idx, valid)
         sums.add("coref.nearest", idx, nearest)
         sums.add("coref.first", idx, first)
+        from_pronoun = geo.from_words[torch.arange(n_batch), pronoun]  # (B, T)
         for layer in range(lm.n_layers):
-            pattern = batch.capture.pattern(layer).cpu()
-            hits = coreference.collect(pattern, geo, pronoun, candidates, answer)
+            n_heads = lm.layout.heads_per_layer[layer]
+            seen = None  # (B, H, T): the pronoun's token rows, weighted as a word
+            for start, pattern, _ in _blocks(batch.capture, layer, n_batch, n_heads, options):
+                w = from_pronoun[:, start : start + pattern.shape[2]]
+                part = torch.einsum("bt,bhts->bhs", w, pattern)
+                seen = part if seen is None else seen + part
+            if seen is None:
+                continue
+            hits = coreference.collect(coreference.to_word_row(seen, geo), candidates, answer)
             sums.add_layer("coref.hits", layer, lm.n_layers, idx, hits * valid[:, None])
 
     for s in run_corpus(

@@ -15,12 +15,20 @@ from headlab.roles.bootstrap import Sums, ratio
 from headlab.roles.geometry import Geometry
 
 
-def collect(pattern: torch.Tensor, geo: Geometry) -> dict[str, torch.Tensor]:
-    """pattern ``(B, H, T, T)`` -> entropy and entropy-ratio sums ``(B, H)``."""
-    entropy = -torch.xlogy(pattern, pattern).sum(-1)  # (B, H, T)
-    query = geo.query[:, None, :].float()
-    can = (geo.query & (geo.log_visible > 0))[:, None, :].float()
-    rel = entropy / geo.log_visible.clamp_min(1e-6)[:, None, :]
+def collect(
+    pattern: torch.Tensor, geo: Geometry, start: int = 0, *, entropy: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """pattern rows ``(B, H, t, T)`` -> entropy and entropy-ratio sums ``(B, H)``.
+
+    ``entropy`` ``(B, H, t)``, when the caller has it (from the log-partition function), saves
+    computing it from the weights."""
+    rows = slice(start, start + pattern.shape[2])
+    if entropy is None:
+        entropy = -torch.xlogy(pattern, pattern).sum(-1)  # (B, H, t)
+    query = geo.query[:, None, rows].float()
+    log_visible = geo.log_visible[:, rows]
+    can = (geo.query[:, rows] & (log_visible > 0))[:, None, :].float()
+    rel = entropy / log_visible.clamp_min(1e-6)[:, None, :]
     return {"broad.entropy": (entropy * query).sum(-1), "broad.ratio": (rel * can).sum(-1)}
 
 

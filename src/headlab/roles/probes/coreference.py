@@ -17,21 +17,25 @@ from headlab.roles.geometry import Geometry
 BASELINES = ("nearest", "first")
 
 
-def collect(
-    pattern: torch.Tensor,
-    geo: Geometry,
-    pronoun: torch.Tensor,
-    candidates: torch.Tensor,
-    answer: torch.Tensor,
-) -> torch.Tensor:
+def pronoun_row(pattern: torch.Tensor, geo: Geometry, pronoun: torch.Tensor) -> torch.Tensor:
+    """The pronoun's word-level attention ``(B, H, W)`` from a full pattern ``(B, H, T, T)``."""
+    rows = geo.from_words[torch.arange(pronoun.shape[0]), pronoun]  # (B, T)
+    seen = (rows[:, None, None, :] @ pattern).squeeze(2)  # (B, H, T)
+    return to_word_row(seen, geo)
+
+
+def to_word_row(seen: torch.Tensor, geo: Geometry) -> torch.Tensor:
+    """Token-level attention ``(B, H, T)`` summed into words ``(B, H, W)``."""
+    return (seen[:, :, None, :] @ geo.to_words[:, None]).squeeze(2)
+
+
+def collect(row: torch.Tensor, candidates: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
     """Correct choices ``(B, H)``.
 
-    pattern ``(B, H, T, T)``; pronoun ``(B,)`` its word index; candidates ``(B, 2, W)`` bool word
-    masks of names A and B; answer ``(B,)`` 0 or 1.
+    row ``(B, H, W)``: the pronoun's word-level attention (:func:`pronoun_row`); candidates
+    ``(B, 2, W)`` bool word masks of names A and B; answer ``(B,)`` 0 or 1.
     """
-    rows = geo.from_words[torch.arange(pronoun.shape[0]), pronoun]  # (B, T)
-    to_words = (rows[:, None, None, :] @ pattern).squeeze(2) @ geo.to_words  # (B, H, W)
-    masked = to_words[:, :, None, :].masked_fill(~candidates[:, None], -1.0)  # (B, H, 2, W)
+    masked = row[:, :, None, :].masked_fill(~candidates[:, None], -1.0)  # (B, H, 2, W)
     best = masked.max(-1).values  # (B, H, 2)
     right = best.gather(2, answer[:, None, None].expand(-1, best.shape[1], 1)).squeeze(2)
     wrong = best.gather(2, (1 - answer)[:, None, None].expand(-1, best.shape[1], 1)).squeeze(2)

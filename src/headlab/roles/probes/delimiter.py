@@ -13,14 +13,13 @@ from headlab.roles.bootstrap import Sums, ratio
 from headlab.roles.geometry import Geometry
 
 
-def collect(pattern: torch.Tensor, geo: Geometry) -> dict[str, torch.Tensor]:
-    """pattern ``(B, H, T, T)`` -> mass sums ``(B, H)`` on ``cls``, ``sep``, ``punct``."""
-    query = geo.query[:, None, :].float()  # (B, 1, T)
-    out = {}
-    for name, where in (("cls", geo.cls), ("sep", geo.sep), ("punct", geo.punct)):
-        mass = (pattern @ where[:, None, :, None]).squeeze(-1)  # (B, H, T)
-        out[f"delimiter.{name}"] = (mass * query).sum(-1)
-    return out
+def collect(pattern: torch.Tensor, geo: Geometry, start: int = 0) -> dict[str, torch.Tensor]:
+    """pattern rows ``(B, H, t, T)`` -> mass sums ``(B, H)`` on ``cls``, ``sep``, ``punct``."""
+    query = geo.query[:, None, start : start + pattern.shape[2]].float()  # (B, 1, t)
+    where = torch.stack([geo.cls, geo.sep, geo.punct], dim=-1)  # (B, T, 3)
+    mass = pattern @ where[:, None, : pattern.shape[-1]]  # (B, H, t, 3)
+    total = (mass * query[..., None]).sum(2)  # (B, H, 3)
+    return {f"delimiter.{name}": total[..., i] for i, name in enumerate(("cls", "sep", "punct"))}
 
 
 def scores(sums: Sums) -> dict[str, torch.Tensor]:

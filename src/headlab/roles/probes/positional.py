@@ -16,15 +16,22 @@ from headlab.roles.geometry import Geometry
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 
 
-def collect(pattern: torch.Tensor, geo: Geometry) -> dict[str, torch.Tensor]:
-    """pattern ``(B, H, T, T)`` -> ``hits (B, H, 7)``, ``previous (B, H)``, ``next (B, H)``."""
-    n_positions = pattern.shape[-1]
-    query = geo.query[:, None, :]  # (B, 1, T)
-    offset = pattern.argmax(-1) - torch.arange(n_positions)  # (B, H, T)
+def collect(pattern: torch.Tensor, geo: Geometry, start: int = 0) -> dict[str, torch.Tensor]:
+    """pattern rows ``(B, H, t, T)`` (queries ``start..start+t``) -> ``hits (B, H, 7)``,
+    ``previous (B, H)``, ``next (B, H)``."""
+    n_batch, n_heads, n_rows, n_keys = pattern.shape
+    query = geo.query[:, None, start : start + n_rows]  # (B, 1, t)
+    pos = torch.arange(start, start + n_rows)
+    offset = pattern.argmax(-1) - pos  # (B, H, t)
     hits = torch.stack([((offset == k) & query).sum(-1) for k in OFFSETS], dim=-1)
-    previous = (torch.diagonal(pattern, -1, -2, -1) * query[..., 1:]).sum(-1)  # rows 1..T-1
-    following = (torch.diagonal(pattern, 1, -2, -1) * query[..., :-1]).sum(-1)  # rows 0..T-2
-    return {"positional.hits": hits.float(), "previous": previous, "next": following}
+
+    def at(delta: int) -> torch.Tensor:
+        key = pos + delta
+        ok = (key >= 0) & (key < n_keys)
+        idx = key.clamp(0, n_keys - 1).view(1, 1, n_rows, 1).expand(n_batch, n_heads, n_rows, 1)
+        return (pattern.gather(-1, idx).squeeze(-1) * (query & ok)).sum(-1)
+
+    return {"positional.hits": hits.float(), "previous": at(-1), "next": at(1)}
 
 
 def scores(sums: Sums) -> dict[str, torch.Tensor]:

@@ -22,16 +22,24 @@ class Sums:
         weights = torch.poisson(torch.ones(n_items, replicates), generator=gen)
         self.weights = torch.cat([torch.ones(n_items, 1), weights], dim=1).double()  # (N, R+1)
         self.values: dict[str, torch.Tensor] = {}
+        self._cached: tuple[tuple[int, ...], torch.Tensor] | None = None
 
     @property
     def replicates(self) -> int:
         return self.weights.shape[1] - 1
 
+    def _weights_t(self, items: Sequence[int]) -> torch.Tensor:
+        """``(R+1, B)`` weights of ``items`` (the last batch's are kept: layers reuse them)."""
+        key = tuple(items)
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, self.weights[list(key)].t().contiguous())
+        return self._cached[1]
+
     def add(self, name: str, items: Sequence[int], values: torch.Tensor) -> None:
         """Add per-item ``values`` ``(B, ...)`` of corpus items ``items`` into ``name``."""
-        w = self.weights[list(items)]  # (B, R+1)
+        wt = self._weights_t(items)  # (R+1, B)
         flat = values.reshape(values.shape[0], -1).double()  # (B, K)
-        total = (w.t() @ flat).reshape(w.shape[1], *values.shape[1:])  # (R+1, ...)
+        total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])  # (R+1, ...)
         if name in self.values:
             self.values[name] += total
         else:
@@ -41,12 +49,12 @@ class Sums:
         self, name: str, layer: int, n_layers: int, items: Sequence[int], values: torch.Tensor
     ) -> None:
         """Like :meth:`add`, into slot ``layer`` of a ``(R + 1, n_layers, ...)`` sum."""
-        w = self.weights[list(items)]
+        wt = self._weights_t(items)
         flat = values.reshape(values.shape[0], -1).double()
-        total = (w.t() @ flat).reshape(w.shape[1], *values.shape[1:])
+        total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])
         if name not in self.values:
             self.values[name] = torch.zeros(
-                w.shape[1], n_layers, *values.shape[1:], dtype=torch.float64
+                wt.shape[0], n_layers, *values.shape[1:], dtype=torch.float64
             )
         self.values[name][:, layer] += total
 

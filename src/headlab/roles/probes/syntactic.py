@@ -78,16 +78,18 @@ def collect(
     ``relation`` ``(B, W)``: its relation id (``n_relations`` when not counted).
     """
     n_batch, n_heads, n_words = word_argmax.shape
-    one_hot = torch.nn.functional.one_hot(relation, n_relations + 1)[..., :n_relations].float()
     to_head = (word_argmax == gold_head[:, None, :]).float()  # (B, H, W)
     flat = word_argmax.reshape(n_batch, -1)
     head_of_target = gold_head.gather(1, flat).view(n_batch, n_heads, n_words)
     to_dependent = (head_of_target == torch.arange(n_words)).float()  # target's head is me
-    target_relation = one_hot.gather(1, flat[..., None].expand(-1, -1, n_relations)).view(
-        n_batch, n_heads, n_words, n_relations
-    )
-    dep_hits = torch.einsum("bhw,bwr->bhr", to_head, one_hot)
-    head_hits = torch.einsum("bhw,bhwr->bhr", to_dependent, target_relation)
+    target_relation = relation.gather(1, flat).view(n_batch, n_heads, n_words)
+    shape = (n_batch, n_heads, n_relations + 1)  # the last slot collects "no relation"
+    dep_hits = to_head.new_zeros(shape).scatter_add_(
+        2, relation[:, None, :].expand(-1, n_heads, -1), to_head
+    )[..., :n_relations]
+    head_hits = to_head.new_zeros(shape).scatter_add_(2, target_relation, to_dependent)[
+        ..., :n_relations
+    ]
     return torch.stack([dep_hits, head_hits], dim=-1)
 
 

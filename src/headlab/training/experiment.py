@@ -41,7 +41,7 @@ class GridConfig:
     lm_steps: int = 800
     lm_window: int = 64
     batch_size: int = 64
-    tasks: tuple[str, ...] = ("binding", "language-model")
+    tasks: tuple[str, ...] = ("binding", "binding-mlp", "language-model")
 
     @classmethod
     def quick(cls) -> GridConfig:
@@ -52,7 +52,11 @@ def n_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def run_binding(cfg: GridConfig, n_heads: int, seed: int, progress: bool) -> dict[str, Any]:
+def run_binding(
+    cfg: GridConfig, n_heads: int, seed: int, progress: bool, *, mlp: bool = False
+) -> dict[str, Any]:
+    """Task 1. ``mlp=False`` (the main variant): attention-only blocks, so that only attention
+    can tie a token to the marker before it; ``mlp=True`` lets MLPs build such conjunctions."""
     task = BindingTask()
     gen = seed_everything(seed)
     model = BindingModel(
@@ -62,6 +66,7 @@ def run_binding(cfg: GridConfig, n_heads: int, seed: int, progress: bool) -> dic
             n_layers=cfg.n_layers,
             n_heads=n_heads,
             max_len=task.length,
+            mlp=mlp,
         ),
         task,
     )
@@ -71,11 +76,11 @@ def run_binding(cfg: GridConfig, n_heads: int, seed: int, progress: bool) -> dic
         TrainConfig(steps=cfg.binding_steps, seed=seed, warmup=min(100, cfg.binding_steps // 10)),
         gen,
         progress=progress,
-        label=f"binding h={n_heads} seed={seed}",
+        label=f"binding{'-mlp' if mlp else ''} h={n_heads} seed={seed}",
     )
     result = binding_eval(model, task, 2000, seed)
     return {
-        "task": "binding",
+        "task": "binding-mlp" if mlp else "binding",
         "n_heads": n_heads,
         "seed": seed,
         "metric": "accuracy",
@@ -150,8 +155,8 @@ def one_vs_many(cfg: GridConfig, *, data: Path, progress: bool = False) -> dict[
     for task in cfg.tasks:
         for n_heads in cfg.heads:
             for seed in cfg.seeds:
-                if task == "binding":
-                    runs.append(run_binding(cfg, n_heads, seed, progress))
+                if task in ("binding", "binding-mlp"):
+                    runs.append(run_binding(cfg, n_heads, seed, progress, mlp=task != "binding"))
                 else:
                     runs.append(run_lm(cfg, n_heads, seed, data, progress, cache))
     return {

@@ -33,6 +33,9 @@ class ModelConfig:
     d_ff: int = 256
     max_len: int = 128
     causal: bool = True
+    #: False gives an attention-only transformer (Olsson et al. 2022's toy models): nothing
+    #: but attention can combine information from different positions or features
+    mlp: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len"):
@@ -54,9 +57,12 @@ class Block(nn.Module):
         self.fc = nn.Linear(cfg.d_model, cfg.d_ff)
         self.proj = nn.Linear(cfg.d_ff, cfg.d_model)
         self.causal = cfg.causal
+        self.mlp = cfg.mlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, E)
         x = x + self.attn(self.ln_1(x), is_causal=self.causal)
+        if not self.mlp:
+            return x
         return x + self.proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
 
 
@@ -106,8 +112,8 @@ def to_gpt2(model: TinyTransformer, *, special_id: int = 0) -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = model.cfg
-    if not cfg.causal:
-        raise ConfigError("only causal models export to GPT-2")
+    if not cfg.causal or not cfg.mlp:
+        raise ConfigError("only causal models with MLPs export to GPT-2")
     hf = GPT2LMHeadModel(
         GPT2Config(
             vocab_size=cfg.vocab_size,

@@ -205,3 +205,15 @@ def test_bad_treebank_path_is_one_line_error(capsys: pytest.CaptureFixture[str])
     assert main(["roles", "--treebank", "/no/such.conllu"]) == 1
     err = capsys.readouterr().err
     assert "cannot read treebank /no/such.conllu" in err and err.count("\n") == 1
+
+
+def test_bf16_scores_stay_close_to_float32(capsys: pytest.CaptureFixture[str]) -> None:
+    runs = {}
+    for flag in ([], ["--bf16"]):
+        assert (
+            main(["roles", "--limit", "30", "--replicates", "0", "--no-gap", "--json", *flag]) == 0
+        )
+        runs[bool(flag)] = json.loads(capsys.readouterr().out)["heads"]
+    for a, b in zip(runs[False], runs[True], strict=True):
+        for key in ("positional", "previous", "delimiter", "broad"):
+            assert abs(a["scores"][key] - b["scores"][key]) < 0.03, key

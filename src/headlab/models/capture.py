@@ -285,6 +285,12 @@ class HeadCapture:
             raise InputError(f"layer {layer} was not captured (captured: {sorted(self.records)})")
         return self.records[layer]
 
+    def _queries_keys(self, layer: int) -> tuple[LayerRecord, torch.Tensor, torch.Tensor]:
+        rec = self._record(layer)
+        if rec.q is None or rec.k is None:
+            raise InputError("patterns need record_queries_keys=True")
+        return rec, rec.q, rec.k
+
     def pattern(
         self,
         layer: int,
@@ -295,12 +301,10 @@ class HeadCapture:
     ) -> torch.Tensor:
         """Attention weights ``(B, h, T, S)`` of ``heads`` (default all) of ``layer``; only query
         rows ``start:stop`` with ``rows``; the product in ``dtype`` (softmax in float32)."""
-        rec = self._record(layer)
-        if rec.q is None or rec.k is None:
-            raise InputError("patterns need record_queries_keys=True")
+        rec, q, k = self._queries_keys(layer)
         return attention_pattern(
-            rec.q,
-            rec.k,
+            q,
+            k,
             mask=rec.mask,
             is_causal=rec.is_causal,
             scaling=rec.scaling,
@@ -314,12 +318,10 @@ class HeadCapture:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(weights (B, H, t, S), entropy (B, H, t))`` of all heads for query rows ``rows``
         (see :func:`attention_rows`; rows that see no key are not meaningful)."""
-        rec = self._record(layer)
-        if rec.q is None or rec.k is None:
-            raise InputError("patterns need record_queries_keys=True")
+        rec, q, k = self._queries_keys(layer)
         return attention_rows(
-            rec.q,
-            rec.k,
+            q,
+            k,
             mask=rec.mask,
             is_causal=rec.is_causal,
             scaling=rec.scaling,

@@ -268,15 +268,22 @@ def _treebank_pass(
 ) -> dict[str, int]:
     consume = treebank_consumer(lm, sentences, frequencies, relations, sums, options)
     skipped: Counter[str] = Counter()
+    _stream(lm, [s.words for s in sentences], consume, options, skipped)
+    return dict(skipped)
+
+
+def _stream(
+    lm: LoadedModel,
+    texts: Sequence[Sequence[str] | str],
+    consume: Callable[[Batch], None],
+    options: RoleOptions,
+    skipped: Counter[str],
+) -> None:
+    """Run ``texts`` through ``consume``; count the sentences left out, by reason."""
     for s in run_corpus(
-        lm,
-        [s.words for s in sentences],
-        consume,
-        batch_tokens=options.batch_tokens,
-        progress=options.progress,
+        lm, texts, consume, batch_tokens=options.batch_tokens, progress=options.progress
     ):
         skipped[_reason(s.reason)] += 1
-    return dict(skipped)
 
 
 def _reason(message: str) -> str:
@@ -340,14 +347,7 @@ def _gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -
             hits = coreference.collect(coreference.to_word_row(seen, geo), candidates, answer)
             sums.add_layer("coref.hits", layer, lm.n_layers, idx, hits * valid[:, None])
 
-    for s in run_corpus(
-        lm,
-        [e.text for e in examples],
-        consume,
-        batch_tokens=options.batch_tokens,
-        progress=options.progress,
-    ):
-        skipped[_reason(s.reason)] += 1
+    _stream(lm, [e.text for e in examples], consume, options, skipped)
     return dict(skipped)
 
 

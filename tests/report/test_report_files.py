@@ -55,3 +55,40 @@ def test_report_rejects_a_bad_pruning_file(
     bad.write_text("[1, 2]")
     assert main(["report", "--pruning", str(bad), "--out", str(tmp_path / "r")]) == 1
     assert "expected a JSON object" in capsys.readouterr().err
+
+
+def test_report_shows_pruning_and_experiment_results(tmp_path: Path) -> None:
+    pruning = {
+        "model": "all-MiniLM-L6-v2",
+        "metric": "stsb",
+        "unit": "Spearman x100",
+        "importance": "gradient",
+        "curve": [
+            {"heads_removed": 0, "fraction": 0.0, "metric": 86.7, "loss": 0.0},
+            {"heads_removed": 36, "fraction": 0.5, "metric": 85.9, "loss": 0.8},
+        ],
+    }
+    experiment = {
+        "summary": [
+            {"task": "binding", "n_heads": 1, "metric": "accuracy", "mean": 0.3, "std": 0.1},
+            {"task": "binding", "n_heads": 8, "metric": "accuracy", "mean": 1.0, "std": 0.0},
+        ]
+    }
+    (tmp_path / "p.json").write_text(json.dumps(pruning))
+    (tmp_path / "e.json").write_text(json.dumps(experiment))
+    out = tmp_path / "r"
+    argv = ["report", "--out", str(out), "--limit", "8", "--replicates", "0", "--no-gap"]
+    assert (
+        main(
+            [*argv, "--pruning", str(tmp_path / "p.json"), "--experiment", str(tmp_path / "e.json")]
+        )
+        == 0
+    )
+    page = (out / "index.html").read_text()
+    assert (out / "figures" / "pruning_curve.png").stat().st_size > 1000
+    assert 'src="figures/pruning_curve.png"' in page
+    start = page.index('id="headlab-data">') + len('id="headlab-data">')
+    data = json.loads(page[start : page.index("</script>", start)])
+    assert data["pruning"]["curve"][1]["heads_removed"] == 36
+    assert data["experiment"]["summary"][1]["n_heads"] == 8
+    assert data["roles"]["data"]["treebank"]["used"] == 8

@@ -37,7 +37,12 @@ def run(args: argparse.Namespace) -> int:
     from headlab.training.experiment import GridConfig, one_vs_many
 
     cfg = GridConfig.quick() if args.quick else GridConfig()
-    result = one_vs_many(cfg, data=Path(args.data), progress=sys.stderr.isatty() or args.verbose)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    show = sys.stderr.isatty() or args.verbose
+    result = one_vs_many(cfg, data=Path(args.data), progress=say if show else None)
     if args.json:
         emit_json(result)
         return 0

@@ -57,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     info = train_language_model(
-        text, out, recipe, source=Path(args.text).name, overwrite=args.overwrite, progress=True
+        text,
+        out,
+        recipe,
+        source=Path(args.text).name,
+        overwrite=args.overwrite,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.json:
         emit_json(info)

@@ -7,7 +7,7 @@ exactly the same parameters; only how the width is cut into heads differs.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ from headlab.training.tasks import (
     train_tokenizer,
 )
 from headlab.training.trainer import TrainConfig, seed_everything, train
+
+Progress = Callable[[str], None] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +55,7 @@ def n_parameters(model: torch.nn.Module) -> int:
 
 
 def run_binding(
-    cfg: GridConfig, n_heads: int, seed: int, progress: bool, *, mlp: bool = False
+    cfg: GridConfig, n_heads: int, seed: int, progress: Progress, *, mlp: bool = False
 ) -> dict[str, Any]:
     """Task 1. ``mlp=False`` (the main variant): attention-only blocks, so that only attention
     can tie a token to the marker before it; ``mlp=True`` lets MLPs build such conjunctions."""
@@ -91,7 +93,7 @@ def run_binding(
 
 
 def run_lm(
-    cfg: GridConfig, n_heads: int, seed: int, data: Path, progress: bool, cache: dict[str, Any]
+    cfg: GridConfig, n_heads: int, seed: int, data: Path, progress: Progress, cache: dict[str, Any]
 ) -> dict[str, Any]:
     if "ids" not in cache:
         train_text, held_out = split_text(shakespeare_text(data))
@@ -148,7 +150,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def one_vs_many(cfg: GridConfig, *, data: Path, progress: bool = False) -> dict[str, Any]:
+def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress = None) -> dict[str, Any]:
     """Run the grid; returns ``{"task", "runs": [...], "summary": [...], "config"}``."""
     runs: list[dict[str, Any]] = []
     cache: dict[str, Any] = {}

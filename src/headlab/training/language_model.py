@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,13 @@ class LMRecipe:
 
 
 def train_language_model(
-    text: str, out: Path, recipe: LMRecipe, *, source: str, overwrite: bool, progress: bool
+    text: str,
+    out: Path,
+    recipe: LMRecipe,
+    *,
+    source: str,
+    overwrite: bool,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Train on the first 90% of ``text``, measure perplexity on the rest, write ``out``:
     a GPT-2 model folder (safetensors, config, tokenizer) that headlab and transformers load,

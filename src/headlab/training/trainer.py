@@ -7,7 +7,6 @@ CPU kernels repeat exactly, so the same seed gives the same model on the same ma
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,11 +55,12 @@ def train(
     cfg: TrainConfig,
     generator: torch.Generator,
     *,
-    progress: bool = False,
+    progress: Callable[[str], None] | None = None,
     label: str = "",
 ) -> list[float]:
     """Train ``model`` for ``cfg.steps`` steps; ``loss_fn(model, generator)`` draws a batch and
-    returns its loss. Returns the loss of every step. Progress goes to stderr."""
+    returns its loss. Returns the loss of every step. ``progress`` gets a line ten times a run
+    (the CLI prints it to stderr)."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -84,11 +84,9 @@ def train(
         opt.step()
         losses.append(float(loss.detach()))
         if progress and (step % max(1, cfg.steps // 10) == 0 or step == cfg.steps - 1):
-            print(
+            progress(
                 f"{label} step {step + 1}/{cfg.steps} loss {losses[-1]:.3f} "
-                f"({time.perf_counter() - start:.0f} s)",
-                file=sys.stderr,
-                flush=True,
+                f"({time.perf_counter() - start:.0f} s)"
             )
     model.eval()
     return losses

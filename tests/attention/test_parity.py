@@ -99,3 +99,19 @@ def test_module_matches_numpy_reference(
     # a query with no key left attends nowhere: zero weights, and its output is the bias alone
     assert torch.all(res.weights[0, :, 2] == 0)
     torch.testing.assert_close(res.output[0, 2], mha.out_proj.bias.detach(), atol=TOL, rtol=0)
+
+
+def test_fused_inference_projection_equals_the_autograd_path() -> None:
+    """Without autograd, q/k/v come from torch's fused bias-scale-split pass; same numbers."""
+    torch.manual_seed(3)
+    mha = MultiHeadAttention(d_model=24, n_heads=4, bias=True).double().eval()
+    x = torch.randn(2, 7, 24, dtype=torch.float64)
+    graph = mha.inspect(x, is_causal=True)  # parameters require grad: the plain path
+    with torch.inference_mode():
+        fused = mha.inspect(x, is_causal=True)
+        fused_padded = mha(x, key_padding_mask=torch.tensor([[True] * 7, [True] * 4 + [False] * 3]))
+    plain_padded = mha(x, key_padding_mask=torch.tensor([[True] * 7, [True] * 4 + [False] * 3]))
+    assert torch.allclose(fused.output, graph.output, atol=1e-12)
+    assert fused.weights is not None and graph.weights is not None
+    assert torch.allclose(fused.weights, graph.weights, atol=1e-12)
+    assert torch.allclose(fused_padded, plain_padded, atol=1e-12)

@@ -132,10 +132,27 @@ class MultiHeadAttention(nn.Module):
 
     def _project(
         self, query: torch.Tensor, key_value: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Project inputs to q ``(B, H, T, D)``, k and v ``(B, Hkv, S, D)``."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+        """Project inputs to q ``(B, H, T, D)``, k and v ``(B, Hkv, S, D)``.
+
+        The last item says whether q comes already multiplied by :attr:`scale`: without
+        autograd, MHA self-attention adds the bias, scales q and lays the three out head by head
+        in one fused pass (torch's own ``_transform_bias_rescale_qkv``), which saves the copies
+        that strided head views would otherwise cost in the products that follow.
+        """
         q_size, k_size, v_size = self._split_sizes()
         weight, bias = self.in_proj.weight, self.in_proj.bias
+        fused = getattr(torch, "_transform_bias_rescale_qkv", None)
+        if (
+            fused is not None
+            and key_value is None
+            and self.n_kv_heads == self.n_heads
+            and not (torch.is_grad_enabled() and (query.requires_grad or weight.requires_grad))
+        ):
+            qkv = F.linear(query, weight)  # (B, T, 3 H D), bias added by the fused pass
+            qkv_bias = bias if bias is not None else qkv.new_zeros(qkv.shape[-1])
+            q, k, v = fused(qkv, qkv_bias, self.n_heads)  # (B, H, T, D) each, q * scale
+            return q, k, v, True
         if key_value is None:
             qkv = F.linear(query, weight, bias)  # (B, T, (H + 2 Hkv) D)
             q, k, v = qkv.split([q_size, k_size, v_size], dim=-1)
@@ -147,7 +164,7 @@ class MultiHeadAttention(nn.Module):
         q = q.view(b, -1, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(b, -1, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, D)
         v = v.view(b, -1, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, D)
-        return q, k, v
+        return q, k, v, False
 
     def _check_inputs(self, query: torch.Tensor, key_value: torch.Tensor | None) -> None:
         if query.dim() != 3 or query.shape[-1] != self.d_model:
@@ -195,7 +212,7 @@ class MultiHeadAttention(nn.Module):
         self._check_inputs(query, key_value)
         if kv_cache is not None and key_value is not None:
             raise ShapeError("kv_cache is for self-attention; pass key_value=None with a cache")
-        q, k, v = self._project(query, key_value)
+        q, k, v, prescaled = self._project(query, key_value)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, Hkv, past + T, D)
         b, _, t, _ = q.shape
@@ -219,7 +236,7 @@ class MultiHeadAttention(nn.Module):
             k,
             v,
             mask=mask,
-            scale=self.scale,
+            scale=1.0 if prescaled else self.scale,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
             causal_top_left=plain_causal,

@@ -110,9 +110,9 @@ class EagerPatterns:
 
     def pattern_rows(
         self, layer: int, rows: tuple[int, int], dtype: torch.dtype = torch.float32
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         weights = self.attentions[layer][:, :, rows[0] : rows[1]].float()
-        return weights, -torch.xlogy(weights, weights).sum(-1)
+        return weights, -torch.xlogy(weights, weights).sum(-1), weights.argmax(-1)
 
 
 def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[str, Any]:

@@ -126,22 +126,21 @@ def attention_rows(
     scaling: float,
     rows: tuple[int, int],
     dtype: torch.dtype = torch.float32,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weights ``(B, H, t, S)`` and each row's entropy ``(B, H, t)`` for query rows ``rows``.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Weights ``(B, H, t, S)``, each row's entropy ``(B, H, t)`` and argmax ``(B, H, t)`` for
+    query rows ``rows``: the statistics path, in as few passes over the scores as it can.
 
-    The statistics path: masked keys get a large negative score rather than ``-inf``, so no
-    NaN clean-up pass is needed (rows with no visible key, which only padding has, come out
-    uniform instead of zero: callers never count them), and the entropy comes from the
-    log-partition function, ``H = logZ - sum_j p_j s_j``, without a logarithm per weight.
+    Masked keys get a large negative score rather than ``-inf``, so no NaN clean-up is needed
+    (rows with no visible key, which only padding has, come out uniform instead of zero:
+    callers never count them). The entropy needs no logarithm per weight:
+    ``H = log Z - sum_j p_j s_j``, and ``log Z = s_max - log p_max``.
     """
     n_heads, n_kv = q.shape[1], k.shape[1]
     n_queries = q.shape[2]
     start, stop = rows
     k_all = k if n_kv == n_heads else k.repeat_interleave(n_heads // n_kv, dim=1)
-    scores = torch.matmul(
-        q[:, :, start:stop].to(dtype), k_all.to(dtype).transpose(-2, -1)
-    ).float()  # (B, H, t, S)
-    scores.mul_(scaling)
+    q_rows = q[:, :, start:stop].to(dtype) * scaling  # scale the (t x D) side, not (t x S)
+    scores = torch.matmul(q_rows, k_all.to(dtype).transpose(-2, -1)).float()  # (B, H, t, S)
     s = scores.shape[-1]
     if mask is not None:
         m = mask
@@ -154,13 +153,11 @@ def attention_rows(
     elif is_causal:
         row = torch.arange(start, stop, device=q.device)[:, None] + (s - n_queries)
         scores.masked_fill_(torch.arange(s, device=q.device)[None, :] > row, -1e30)
-    top = scores.amax(dim=-1, keepdim=True)  # (B, H, t, 1)
-    weights = torch.exp(scores - top)
-    total = weights.sum(dim=-1, keepdim=True)
-    weights.div_(total)
-    log_z = (top + total.log()).squeeze(-1)  # (B, H, t)
+    top, argmax = scores.max(dim=-1)  # (B, H, t)
+    weights = torch.softmax(scores, dim=-1)
+    log_z = top - weights.amax(dim=-1).log()
     entropy = log_z - (weights * scores).sum(-1)
-    return weights, entropy
+    return weights, entropy, argmax
 
 
 class HeadCapture:
@@ -315,9 +312,9 @@ class HeadCapture:
 
     def pattern_rows(
         self, layer: int, rows: tuple[int, int], dtype: torch.dtype = torch.float32
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(weights (B, H, t, S), entropy (B, H, t))`` of all heads for query rows ``rows``
-        (see :func:`attention_rows`; rows that see no key are not meaningful)."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(weights (B, H, t, S), entropy (B, H, t), argmax (B, H, t))`` of all heads for
+        query rows ``rows`` (see :func:`attention_rows`; rows that see no key mean nothing)."""
         rec, q, k = self._queries_keys(layer)
         return attention_rows(
             q,

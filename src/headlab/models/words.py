@@ -8,6 +8,7 @@ words of their own. Words come from raw text (split on whitespace and punctuatio
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ def align(
         while a < len(text) and text[a].isspace():  # byte-level BPE offsets include the space
             a += 1
         # the piece containing this token's first character
-        j = max((k for k, s in enumerate(starts) if s <= a), default=-1)
+        j = bisect.bisect_right(starts, a) - 1  # starts are increasing
         if j < 0 or a >= pieces[j][2] or b > pieces[j][2]:
             raise InputError(
                 f"token {tokenizer.convert_ids_to_tokens(ids[tok])!r} at characters {a}-{b} does not fall inside one word"

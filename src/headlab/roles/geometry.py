@@ -58,12 +58,15 @@ class Geometry:
         """``(B, W)`` words an argmax may land on: real and not special."""
         return self.word_real & ~self.word_special
 
-    def word_sums(self, pattern: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def word_sums(
+        self, pattern: torch.Tensor, start: int = 0, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Unnormalised word pattern ``(B, H, W+1, W+1)`` of query rows ``start:start+t``.
 
         ``pattern`` is ``(B, H, t, T)``: sums over each attended word's tokens and over the
         attending word's tokens, as segment sums (``O(t T)`` per head, no dense matrices).
-        Blocks of rows add up; :meth:`finish_words` turns the total into means.
+        Blocks of rows add up into ``out`` when given; :meth:`finish_words` turns the total
+        into means.
         """
         n_batch, n_heads, n_rows, n_tok = pattern.shape
         n_words = self.to_words.shape[2]
@@ -75,7 +78,8 @@ class Geometry:
             cols.scatter_add_(3, index, pattern)  # sum over attended tokens
         owner = self.token_word[:, None, start : start + n_rows, None]
         index = owner.expand(n_batch, n_heads, n_rows, n_words + 1)
-        out = pattern.new_zeros(n_batch, n_heads, n_words + 1, n_words + 1)
+        if out is None:
+            out = pattern.new_zeros(n_batch, n_heads, n_words + 1, n_words + 1)
         return out.scatter_add_(2, index, cols)  # sum over attending tokens
 
     def finish_words(self, sums: torch.Tensor) -> torch.Tensor:

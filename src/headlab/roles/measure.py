@@ -68,14 +68,14 @@ class RoleOptions:
 
 
 def _blocks(capture: Any, layer: int, n_batch: int, n_heads: int, options: RoleOptions) -> Any:
-    """Yield ``(start, pattern rows (B, H, t, T), entropy (B, H, t))`` covering every query
-    position of ``layer``."""
+    """Yield ``(start, pattern rows (B, H, t, T), entropy (B, H, t), argmax (B, H, t))``
+    covering every query position of ``layer``."""
     n_queries = capture.n_queries(layer)
     rows = max(1, options.block_elements // max(1, n_batch * n_heads * n_queries))
     for start in range(0, n_queries, rows):
         stop = min(n_queries, start + rows)
-        weights, entropy = capture.pattern_rows(layer, (start, stop), options.dtype)
-        yield start, weights.cpu(), entropy.cpu()
+        weights, entropy, argmax = capture.pattern_rows(layer, (start, stop), options.dtype)
+        yield start, weights.cpu(), entropy.cpu(), argmax.cpu()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,15 +232,15 @@ def treebank_consumer(
         for layer in range(lm.n_layers):
             words = None
             n_heads = lm.layout.heads_per_layer[layer]
-            for start, pattern, entropy in _blocks(batch.capture, layer, n_batch, n_heads, options):
+            blocks = _blocks(batch.capture, layer, n_batch, n_heads, options)
+            for start, pattern, entropy, top in blocks:
                 for name, value in (  # pattern rows (B, H, t, T)
-                    *positional.collect(pattern, geo, start).items(),
+                    *positional.collect(pattern, geo, start, argmax=top).items(),
                     *delimiter.collect(pattern, geo, start).items(),
                     *broad.collect(pattern, geo, start, entropy=entropy).items(),
                 ):
                     sums.add_layer(name, layer, lm.n_layers, idx, value)
-                part = geo.word_sums(pattern, start)
-                words = part if words is None else words + part
+                words = geo.word_sums(pattern, start, out=words)
             if words is None:
                 continue
             argmax = geo.word_argmax(geo.finish_words(words))  # (B, H, W)
@@ -338,7 +338,7 @@ def _gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -
         for layer in range(lm.n_layers):
             n_heads = lm.layout.heads_per_layer[layer]
             seen = None  # (B, H, T): the pronoun's token rows, weighted as a word
-            for start, pattern, _ in _blocks(batch.capture, layer, n_batch, n_heads, options):
+            for start, pattern, _, _ in _blocks(batch.capture, layer, n_batch, n_heads, options):
                 w = from_pronoun[:, start : start + pattern.shape[2]]
                 part = torch.einsum("bt,bhts->bhs", w, pattern)
                 seen = part if seen is None else seen + part

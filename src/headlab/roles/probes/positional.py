@@ -16,13 +16,16 @@ from headlab.roles.geometry import Geometry
 OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 
 
-def collect(pattern: torch.Tensor, geo: Geometry, start: int = 0) -> dict[str, torch.Tensor]:
+def collect(
+    pattern: torch.Tensor, geo: Geometry, start: int = 0, *, argmax: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """pattern rows ``(B, H, t, T)`` (queries ``start..start+t``) -> ``hits (B, H, 7)``,
-    ``previous (B, H)``, ``next (B, H)``."""
+    ``previous (B, H)``, ``next (B, H)``. ``argmax`` ``(B, H, t)``: each row's argmax, when the
+    caller already has it."""
     n_batch, n_heads, n_rows, n_keys = pattern.shape
     query = geo.query[:, None, start : start + n_rows]  # (B, 1, t)
     pos = torch.arange(start, start + n_rows)
-    offset = pattern.argmax(-1) - pos  # (B, H, t)
+    offset = (pattern.argmax(-1) if argmax is None else argmax) - pos  # (B, H, t)
     hits = torch.stack([((offset == k) & query).sum(-1) for k in OFFSETS], dim=-1)
 
     def at(delta: int) -> torch.Tensor:

@@ -532,13 +532,8 @@ def _head_role(
     replicates: int,
 ) -> HeadRole:
     role = role_name(int(dominant[0, layer, h]))
-    passing = tuple(
-        r
-        for _, r in sorted(
-            ((float(excess[i, layer, h]), r) for i, r in enumerate(ROLES)), reverse=True
-        )
-        if math.isfinite(_) and _ >= 0
-    )
+    cleared = [(float(excess[i, layer, h]), r) for i, r in enumerate(ROLES)]
+    passing = tuple(r for margin, r in sorted(cleared, reverse=True) if math.isfinite(margin))
     stability = None
     if replicates:
         same = dominant[1:, layer, h] == dominant[0, layer, h]

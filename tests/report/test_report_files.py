@@ -92,3 +92,15 @@ def test_report_shows_pruning_and_experiment_results(tmp_path: Path) -> None:
     assert data["pruning"]["curve"][1]["heads_removed"] == 36
     assert data["experiment"]["summary"][1]["n_heads"] == 8
     assert data["roles"]["data"]["treebank"]["used"] == 8
+
+
+def test_long_sentences_are_cut_for_the_viewer_with_a_notice() -> None:
+    from headlab.models import load
+    from headlab.report.data import MAX_VIEWER_WORDS, sentence_patterns
+
+    text = " ".join(f"word{i}" for i in range(120)) + "."
+    s = sentence_patterns(load(), text)
+    assert s["truncated"] is True and s["total_words"] > MAX_VIEWER_WORDS
+    assert len(s["words"]) == MAX_VIEWER_WORDS
+    first = s["patterns"][0][0]
+    assert len(first) == MAX_VIEWER_WORDS and len(first[0]) == MAX_VIEWER_WORDS

@@ -22,9 +22,8 @@ from headlab.training.tasks import (
     binding_loss,
     lm_loss,
     perplexity,
+    prepare_text,
     shakespeare_text,
-    split_text,
-    train_tokenizer,
 )
 from headlab.training.trainer import TrainConfig, seed_everything, train
 
@@ -96,11 +95,7 @@ def run_lm(
     cfg: GridConfig, n_heads: int, seed: int, data: Path, progress: Progress, cache: dict[str, Any]
 ) -> dict[str, Any]:
     if "ids" not in cache:
-        train_text, held_out = split_text(shakespeare_text(data))
-        tok = train_tokenizer(train_text)
-        cache["tokenizer"] = tok
-        cache["ids"] = torch.tensor(tok(train_text, verbose=False)["input_ids"])
-        cache["held_out"] = torch.tensor(tok(held_out, verbose=False)["input_ids"])
+        cache["tokenizer"], cache["ids"], cache["held_out"] = prepare_text(shakespeare_text(data))
     tok = cache["tokenizer"]
     gen = seed_everything(seed)
     model = TinyTransformer(

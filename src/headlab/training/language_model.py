@@ -8,12 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from headlab.errors import InputError
 from headlab.outputs import atomic_folder
 from headlab.training.model import ModelConfig, TinyTransformer, save_checkpoint, to_gpt2
-from headlab.training.tasks import lm_loss, perplexity, split_text, train_tokenizer
+from headlab.training.tasks import lm_loss, perplexity, prepare_text
 from headlab.training.trainer import TrainConfig, seed_everything, train
 
 
@@ -47,10 +45,7 @@ def train_language_model(
     headlab's own checkpoint in ``out/headlab/``, and ``RECIPE.json``."""
     if len(text) < 10_000:
         raise InputError(f"the training text has {len(text)} characters; give at least 10,000")
-    train_text, held_out = split_text(text)
-    tok = train_tokenizer(train_text, recipe.vocab_size)
-    ids = torch.tensor(tok(train_text, verbose=False)["input_ids"])
-    held = torch.tensor(tok(held_out, verbose=False)["input_ids"])
+    tok, ids, held = prepare_text(text, recipe.vocab_size)
     gen = seed_everything(recipe.seed)
     model = TinyTransformer(
         ModelConfig(

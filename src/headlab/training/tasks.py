@@ -158,6 +158,16 @@ def split_text(text: str) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
+def prepare_text(text: str, vocab_size: int = 1024) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """``(tokenizer, training ids, held-out ids)``: a BPE tokenizer trained on the first 90% of
+    ``text``, and both parts tokenized with it."""
+    train_text, held_out = split_text(text)
+    tok = train_tokenizer(train_text, vocab_size)
+    ids = torch.tensor(tok(train_text, verbose=False)["input_ids"])
+    held = torch.tensor(tok(held_out, verbose=False)["input_ids"])
+    return tok, ids, held
+
+
 def lm_loss(ids: torch.Tensor, window: int, batch_size: int) -> Any:
     def loss(model: nn.Module, gen: torch.Generator) -> torch.Tensor:
         starts = torch.randint(0, ids.numel() - window - 1, (batch_size,), generator=gen)

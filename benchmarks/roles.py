@@ -4,8 +4,8 @@ For each model and sequence length, three ways over the same documents and padde
 in a fresh process (peak RSS is the process's own):
 
 - ``plain``: the model's fastest forward (sdpa, nothing kept): the floor.
-- ``headlab``: headlab's capture plus every role statistic of every head (patterns recomputed
-  from captured queries and keys, one layer at a time, in query blocks).
+- ``headlab``: every role statistic of every head, taken from headlab's own attention, which
+  computes each layer in query blocks during the forward pass (nothing recomputed or kept).
 - ``eager``: HF eager attention with ``output_attentions=True``, the same statistics computed
   from the returned maps (what older tools do).
 
@@ -99,29 +99,31 @@ def build_model(name: str, mode: str, dtype: torch.dtype) -> Any:
     return model.to(dtype).eval(), tokenizer
 
 
-class EagerPatterns:
-    """The capture interface the role statistics read, over HF's returned attention maps."""
-
-    def __init__(self, attentions: tuple[torch.Tensor, ...]) -> None:
-        self.attentions = attentions
-
-    def n_queries(self, layer: int) -> int:
-        return int(self.attentions[layer].shape[2])
-
-    def pattern_rows(
-        self, layer: int, rows: tuple[int, int], dtype: torch.dtype = torch.float32
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        weights = self.attentions[layer][:, :, rows[0] : rows[1]].float()
-        return weights, -torch.xlogy(weights, weights).sum(-1), weights.argmax(-1)
+def eager_blocks(
+    attentions: tuple[torch.Tensor, ...], blocks: Any, block_elements: int = 1 << 20
+) -> None:
+    """Feed HF's returned attention maps to the statistics, block by block (the eager route):
+    the same probes, with the entropy, largest weight and column sums taken from the maps."""
+    for layer, maps in enumerate(attentions):
+        n_batch, n_heads, n_queries, n_keys = maps.shape
+        columns = blocks.columns(layer)
+        rows = max(1, block_elements // (n_batch * n_heads * n_keys))
+        for start in range(0, n_queries, rows):
+            weights = maps[:, :, start : start + rows].float()
+            entropy = -torch.xlogy(weights, weights).sum(-1)
+            mixed = None if columns is None else weights @ columns[:, None]
+            blocks.block(layer, start, weights, entropy, weights.amax(-1), mixed)
+        blocks.layer_done(layer)
 
 
 def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[str, Any]:
     from headlab.datasets import read_frequencies, sample_path
-    from headlab.models import HeadCapture, wrap
+    from headlab.models import wrap
     from headlab.models.runner import Batch, _pack, encode
+    from headlab.models.streaming import StreamingAttention
     from headlab.models.words import align
     from headlab.roles.bootstrap import Sums
-    from headlab.roles.measure import RoleOptions, treebank_consumer
+    from headlab.roles.measure import RoleOptions, TreebankBlocks
 
     dtype = torch.bfloat16 if bf16 else torch.float32
     model, tokenizer = build_model(name, mode, dtype)
@@ -138,10 +140,7 @@ def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[
     options = RoleOptions(replicates=100, dtype=dtype)
     relations = sorted({r for d in docs for r in d.relations} - {"root"})
     sums = Sums(len(docs), options.replicates, 0)
-    consume = None
-    if lm is not None:
-        freq = read_frequencies(sample_path("frequencies"))
-        consume = treebank_consumer(lm, docs, freq, relations, sums, options)
+    freq = read_frequencies(sample_path("frequencies"))
     prepared = []
     for chunk in batches:
         if lm is not None:
@@ -156,24 +155,21 @@ def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[
             if mode == "plain":
                 model(**inputs)
                 continue
-            assert lm is not None and consume is not None
+            assert lm is not None
+            batch = Batch(
+                indices=[i for i, _ in chunk],
+                alignments=[a for _, a in chunk],
+                inputs=inputs,
+                capture=None,
+                lengths=[int(n) for n in inputs["attention_mask"].sum(1).tolist()],
+            )
+            blocks = TreebankBlocks(lm, batch, docs, freq, relations, sums)
             if mode == "eager":
                 out = model(**inputs, output_attentions=True)
-                capture: Any = EagerPatterns(out.attentions)
+                eager_blocks(out.attentions, blocks)
             else:
-                with HeadCapture(lm, record_head_outputs=False) as cap:
+                with StreamingAttention(lm, blocks, dtype=dtype):
                     model(**inputs)
-                capture = cap
-            lengths = inputs["attention_mask"].sum(1).tolist()
-            consume(
-                Batch(
-                    indices=[i for i, _ in chunk],
-                    alignments=[a for _, a in chunk],
-                    inputs=inputs,
-                    capture=capture,
-                    lengths=[int(n) for n in lengths],
-                )
-            )
     seconds = time.perf_counter() - start
     result: dict[str, Any] = {
         "seconds": seconds,

@@ -68,6 +68,63 @@ def test_patterns_equal_eager_attentions(lm: LoadedModel, family: tuple[str, Pat
         torch.testing.assert_close(cap.pattern(layer, heads=[1, 3]), ours[:, [1, 3]])
 
 
+class _Blocks:
+    """A block consumer that keeps everything it is handed."""
+
+    def __init__(self, columns: torch.Tensor) -> None:
+        self._columns = columns
+        self.blocks: dict[int, list[tuple[int, ...]]] = {}
+        self.done: list[int] = []
+
+    def columns(self, layer: int) -> torch.Tensor:
+        return self._columns
+
+    def block(self, layer: int, start: int, *parts: torch.Tensor) -> None:
+        self.blocks.setdefault(layer, []).append((start, *(p.clone() for p in parts)))
+
+    def layer_done(self, layer: int) -> None:
+        self.done.append(layer)
+
+
+@pytest.mark.parametrize("block_elements", [64, 1 << 20])
+def test_streaming_attention_matches_eager_and_sdpa(
+    lm: LoadedModel, family: tuple[str, Path], block_elements: int
+) -> None:
+    """headlab's block attention: the model's outputs as with sdpa, and every block's weights,
+    entropy, largest weight and column sums as HF eager's attention maps give them."""
+    from headlab.models.streaming import StreamingAttention
+
+    _padding_side(lm)
+    batch = encode(lm, TEXTS)
+    n_batch, n_tok = batch["input_ids"].shape
+    columns = torch.rand(n_batch, n_tok, 3, generator=torch.Generator().manual_seed(0))
+    consumer = _Blocks(columns)
+    with torch.no_grad():
+        eager = _eager(family[1])(**batch, output_attentions=True)
+        plain = _sdpa(family[1])(**batch).last_hidden_state
+        with StreamingAttention(lm, consumer, block_elements=block_elements):
+            ours = lm.model(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    assert (ours - plain)[real].abs().max() < 1e-5
+    assert consumer.done == list(range(lm.n_layers))
+    for layer in range(lm.n_layers):
+        maps = eager.attentions[layer]
+        covered = 0
+        for start, weights, entropy, top, mixed in consumer.blocks[layer]:
+            t, seen = weights.shape[2], weights.shape[3]
+            assert start == covered
+            covered += t
+            expect = maps[:, :, start : start + t]
+            rows = real[:, None, start : start + t].expand(-1, maps.shape[1], -1)  # (B, H, t)
+            if seen < n_tok:  # a causal block is handed only the keys it can see
+                assert expect[..., seen:].abs().amax(-1)[rows].max() == 0
+            assert (weights - expect[..., :seen]).abs().amax(-1)[rows].max() < 1e-5
+            assert (entropy + torch.xlogy(expect, expect).sum(-1))[rows].abs().max() < 1e-4
+            assert (top - expect.amax(-1))[rows].abs().max() < 1e-5
+            assert (mixed - expect @ columns[:, None]).abs().amax(-1)[rows].max() < 1e-5
+        assert covered == n_tok
+
+
 def test_head_outputs_equal_pattern_times_values(lm: LoadedModel) -> None:
     batch = encode(lm, TEXTS[:2])
     with torch.no_grad(), HeadCapture(lm) as cap:

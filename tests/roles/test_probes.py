@@ -11,7 +11,7 @@ import torch
 
 from headlab.models import align, default_model_path
 from headlab.roles.bootstrap import Sums
-from headlab.roles.geometry import build_geometry, is_punctuation
+from headlab.roles.geometry import WordArgmaxStream, build_geometry, is_punctuation
 from headlab.roles.probes import (
     broad,
     coreference,
@@ -174,6 +174,31 @@ def test_word_argmax_syntactic_and_rare_match_loops(batch) -> None:
                 rmask[0, plain[k]], qmask[0, plain[k]] = t, not t
             got = rare.collect(argmax[b : b + 1, h : h + 1], rmask, qmask)
             assert int(got) == rare_hits
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rows", [1, 2, 5, 64])
+def test_word_argmax_from_blocks_of_rows_matches_loops(batch, causal: bool, rows: int) -> None:
+    """Long inputs get word argmaxes block by block (words cut by a block boundary, causal
+    blocks that see only earlier keys): the same words as loops over the whole pattern."""
+    alignments, pattern, geo = batch
+    if causal:  # renormalised lower triangle: what a causal head's blocks look like
+        n_tok = pattern.shape[-1]
+        pattern = pattern * torch.ones(n_tok, n_tok).tril()
+        pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-9)
+    assert any(len(set(a.token_to_word)) < a.n_tokens for a in alignments)  # multi-token words
+    stream = WordArgmaxStream(geo, pattern.shape[1])
+    n_tok = pattern.shape[2]
+    for start in range(0, n_tok, rows):
+        stop = min(n_tok, start + rows)
+        seen = stop if causal else n_tok  # a causal block is handed only the keys it sees
+        stream.add(pattern[:, :, start:stop, :seen], start)
+    got = stream.result()
+    for b, a in enumerate(alignments):
+        for h in range(pattern.shape[1]):
+            wp = _word_pattern(pattern[b, h].double().numpy(), a)
+            for w in range(len(a.words)):
+                assert int(got[b, h, w]) == _argmax_excluding(wp[w], a, w), (b, h, w)
 
 
 def test_fixed_offset_baseline_by_hand() -> None:

@@ -4,7 +4,8 @@ transformers 5 routes the attention of every modern model through one registry. 
 registered here receives what sdpa receives (queries after rotary embeddings ``(B, H, T, D)``,
 keys and values before GQA expansion ``(B, Hkv, S, D)``, the mask, the scaling), hands them to
 whoever observes that module, then calls transformers' own sdpa function unchanged: outputs stay
-bit-identical to the default attention. The matching mask function (sdpa's) is registered under
+bit-identical to the default attention. An observer may instead compute the output itself
+(:mod:`headlab.models.streaming`). The matching mask function (sdpa's) is registered under
 the same name, or padding would be ignored.
 """
 
@@ -18,9 +19,11 @@ from torch import nn
 
 ATTN_IMPLEMENTATION = "headlab_sdpa"
 
-#: module id -> observer called with (module, query, key, value, attention_mask, kwargs)
+#: module id -> observer called with (module, query, key, value, attention_mask, kwargs); an
+#: observer that returns a tensor ``(B, T, H, D)`` has computed the attention output itself
 Observer = Callable[
-    [nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, Any, dict[str, Any]], None
+    [nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, Any, dict[str, Any]],
+    torch.Tensor | None,
 ]
 _OBSERVERS: dict[int, Observer] = {}
 _REGISTERED = False
@@ -38,7 +41,9 @@ def _observed_sdpa(
 
     observer = _OBSERVERS.get(id(module))
     if observer is not None:
-        observer(module, query, key, value, attention_mask, kwargs)
+        output = observer(module, query, key, value, attention_mask, kwargs)
+        if output is not None:
+            return output, None
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -13,6 +13,7 @@ import torch
 from headlab.errors import InputError
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
+from headlab.models.streaming import BlockConsumer, StreamingAttention
 from headlab.models.words import Alignment, align
 
 logger = logging.getLogger(__name__)
@@ -55,14 +56,15 @@ class Batch:
         indices: position of each row's sentence in the corpus.
         alignments: word alignment of each row.
         inputs: the tokenized batch (``input_ids``, ``attention_mask``...).
-        capture: the :class:`HeadCapture` of this batch's forward pass.
+        capture: the :class:`HeadCapture` of this batch's forward pass (``None`` before the
+            forward pass, as :func:`stream_corpus` hands batches out).
         lengths: real (unpadded) token count of each row.
     """
 
     indices: list[int]
     alignments: list[Alignment]
     inputs: dict[str, torch.Tensor]
-    capture: HeadCapture
+    capture: Any
     lengths: list[int]
 
 
@@ -100,9 +102,55 @@ def run_corpus(
     should keep only what it needs, so memory does not grow with the corpus. Sentences that
     cannot be aligned or are too long are skipped and returned with the reason.
     """
+    skipped: list[Skipped] = []
+    for batch in _batches(lm, sentences, batch_tokens, progress, skipped):
+        with (
+            torch.inference_mode(),
+            HeadCapture(lm, layers=layers, record_head_outputs=record_head_outputs) as cap,
+        ):
+            lm.model(**batch.inputs)
+        consume(replace(batch, capture=cap))
+    return skipped
+
+
+def stream_corpus(
+    lm: LoadedModel,
+    sentences: Iterable[Sequence[str] | str],
+    consumer: Callable[[Batch], BlockConsumer],
+    *,
+    batch_tokens: int = 4096,
+    block_elements: int = 1 << 20,
+    dtype: torch.dtype | None = None,
+    progress: bool = False,
+) -> list[Skipped]:
+    """Like :func:`run_corpus`, but each batch's attention is computed in query blocks that a
+    :class:`~headlab.models.streaming.BlockConsumer` sees during the forward pass.
+
+    ``consumer(batch)`` is called before the batch's forward pass (``batch.capture`` is
+    ``None``) and returns what gets the blocks; no pattern is kept or recomputed afterwards.
+    """
+    skipped: list[Skipped] = []
+    for batch in _batches(lm, sentences, batch_tokens, progress, skipped):
+        blocks = consumer(batch)
+        with (
+            torch.inference_mode(),
+            StreamingAttention(lm, blocks, block_elements=block_elements, dtype=dtype),
+        ):
+            lm.model(**batch.inputs)
+    return skipped
+
+
+def _batches(
+    lm: LoadedModel,
+    sentences: Iterable[Sequence[str] | str],
+    batch_tokens: int,
+    progress: bool,
+    skipped: list[Skipped],
+) -> Iterator[Batch]:
+    """Aligned, length-sorted, padded batches (``capture`` None); unalignable or too long
+    sentences go to ``skipped`` with the reason."""
     limit = lm.max_positions
     items: list[tuple[int, Alignment]] = []
-    skipped: list[Skipped] = []
     for i, sentence in enumerate(sentences):
         try:
             if isinstance(sentence, str):
@@ -111,6 +159,8 @@ def run_corpus(
                 items.append((i, align(lm.tokenizer, words=list(sentence), max_tokens=limit)))
         except InputError as exc:
             skipped.append(Skipped(index=i, reason=str(exc)))
+    if skipped:
+        logger.info("skipped %d sentences", len(skipped))
     items.sort(key=lambda item: item[1].n_tokens)
     batches = list(_pack(items, batch_tokens))
     bar = _progress(len(batches), progress and len(batches) > 1)
@@ -119,31 +169,20 @@ def run_corpus(
         bar.start()
     try:
         for chunk in batches:
-            texts = [a.text for _, a in chunk]
-            inputs = encode(lm, texts)
+            inputs = encode(lm, [a.text for _, a in chunk])
             lengths = inputs["attention_mask"].sum(1).tolist()
-            with (
-                torch.inference_mode(),
-                HeadCapture(lm, layers=layers, record_head_outputs=record_head_outputs) as cap,
-            ):
-                lm.model(**inputs)
-            consume(
-                Batch(
-                    indices=[i for i, _ in chunk],
-                    alignments=[a for _, a in chunk],
-                    inputs=inputs,
-                    capture=cap,
-                    lengths=[int(n) for n in lengths],
-                )
+            yield Batch(
+                indices=[i for i, _ in chunk],
+                alignments=[a for _, a in chunk],
+                inputs=inputs,
+                capture=None,
+                lengths=[int(n) for n in lengths],
             )
             if bar and task is not None:
                 bar.advance(task, len(chunk))
     finally:
         if bar:
             bar.stop()
-    if skipped:
-        logger.info("skipped %d sentences", len(skipped))
-    return skipped
 
 
 def _pack(

@@ -59,28 +59,38 @@ class Geometry:
         return self.word_real & ~self.word_special
 
     def word_sums(
-        self, pattern: torch.Tensor, start: int = 0, out: torch.Tensor | None = None
+        self,
+        pattern: torch.Tensor,
+        start: int = 0,
+        out: torch.Tensor | None = None,
+        cols: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Unnormalised word pattern ``(B, H, W+1, W+1)`` of query rows ``start:start+t``.
 
         ``pattern`` is ``(B, H, t, T)``: sums over each attended word's tokens and over the
         attending word's tokens, as segment sums (``O(t T)`` per head, no dense matrices).
         Blocks of rows add up into ``out`` when given; :meth:`finish_words` turns the total
-        into means.
+        into means. ``cols`` ``(B, H, t, W)``: the rows already summed over attended words
+        (``pattern @ to_words``), when the caller has them.
         """
         n_batch, n_heads, n_rows, n_tok = pattern.shape
         n_words = self.to_words.shape[2]
-        if n_words * n_tok <= DENSE_LIMIT:  # short inputs: a small matrix product is faster
-            cols = torch.nn.functional.pad(pattern @ self.to_words[:, None, :n_tok], (0, 1))
-        else:
-            cols = pattern.new_zeros(n_batch, n_heads, n_rows, n_words + 1)
-            index = self.token_word[:, None, None, :n_tok].expand(n_batch, n_heads, n_rows, n_tok)
-            cols.scatter_add_(3, index, pattern)  # sum over attended tokens
-        owner = self.token_word[:, None, start : start + n_rows, None]
-        index = owner.expand(n_batch, n_heads, n_rows, n_words + 1)
         if out is None:
             out = pattern.new_zeros(n_batch, n_heads, n_words + 1, n_words + 1)
-        return out.scatter_add_(2, index, cols)  # sum over attending tokens
+        if cols is not None or n_words * n_tok <= DENSE_LIMIT:
+            # short inputs: small matrix products on both sides
+            if cols is None:
+                cols = pattern @ self.to_words[:, None, :n_tok]  # (B, H, t, W)
+            owners = self.to_words[:, start : start + n_rows].transpose(1, 2)  # (B, W, t)
+            out[:, :, :n_words, :n_words] += owners[:, None] @ cols
+            return out
+        cols = pattern.new_zeros(n_batch, n_heads, n_rows, n_words + 1)
+        index = self.token_word[:, None, None, :n_tok].expand(n_batch, n_heads, n_rows, n_tok)
+        cols.scatter_add_(3, index, pattern)  # sum over attended tokens
+        owner = self.token_word[:, start : start + n_rows]  # (B, t)
+        for b in range(n_batch):  # sum over attending tokens: whole rows at a time
+            out[b].index_add_(1, owner[b], cols[b])
+        return out
 
     def finish_words(self, sums: torch.Tensor) -> torch.Tensor:
         """Summed word rows ``(B, H, W+1, W+1)`` -> word pattern ``(B, H, W, W)`` (means)."""
@@ -100,6 +110,98 @@ class Geometry:
         )  # (B, 1, W, W)
         return word_pattern.masked_fill(blocked, -1.0).argmax(-1)
 
+    def word_argmax_sums(self, sums: torch.Tensor) -> torch.Tensor:
+        """:meth:`word_argmax` straight from word sums ``(B, H, W', W')`` (``W' >= W``, as
+        :meth:`word_sums` returns them; extra words count as padding), which it overwrites:
+        dividing a row by its word's token count does not move its argmax, and the excluded
+        cells (self, special and padding words) are filled in place."""
+        n_words = self.word_real.shape[1]
+        sums.diagonal(dim1=-2, dim2=-1).fill_(-1.0)
+        for b in range(sums.shape[0]):
+            n_real = int(self.word_real[b].sum())
+            sums[b, :, :, n_real:].fill_(-1.0)  # padding words and the dummy column
+            special = self.word_special[b].nonzero().flatten()
+            if special.numel():
+                sums[b].index_fill_(-1, special, -1.0)
+        return sums.max(-1).indices[:, :, :n_words]  # the first maximum, as argmax
+
+
+def _exclude(rows: torch.Tensor, first: int, special: torch.Tensor, n_real: int) -> None:
+    """Word rows ``(H, w, c)`` of words ``first..first+w``: -1 on self, special and padding
+    words (in place)."""
+    n_cols = rows.shape[-1]
+    rows[:, :, first : first + rows.shape[1]].diagonal(dim1=-2, dim2=-1).fill_(-1.0)
+    rows[:, :, n_real:].fill_(-1.0)
+    special = special[special < n_cols]
+    if special.numel():
+        rows.index_fill_(-1, special, -1.0)
+
+
+class WordArgmaxStream:
+    """:meth:`Geometry.word_argmax` of long inputs, from blocks of token rows in order, without
+    a ``W x W`` matrix: each word's row is finished as soon as its last token's row arrives
+    (a word cut by a block boundary carries over to the next block).
+
+    Shape: blocks ``(B, H, t, s)`` -> :meth:`result` ``(B, H, W)``.
+    """
+
+    def __init__(self, geo: Geometry, n_heads: int) -> None:
+        self.geo = geo
+        n_batch, n_words = geo.word_real.shape
+        self.argmax = torch.zeros(n_batch, n_heads, n_words, dtype=torch.long)
+        self.n_real = [int(n) for n in geo.word_real.sum(1).tolist()]
+        self.special = [geo.word_special[b].nonzero().flatten() for b in range(n_batch)]
+        self.carry: list[tuple[int, torch.Tensor] | None] = [None] * n_batch
+        self._cols: torch.Tensor | None = None  # reused: fresh large buffers cost page faults
+
+    def add(self, pattern: torch.Tensor, start: int) -> None:
+        """Token rows ``start:start+t`` of every head, ``(B, H, t, s)``."""
+        geo = self.geo
+        n_batch, n_heads, n_rows, n_tok = pattern.shape
+        n_words = geo.word_real.shape[1]
+        stop = start + n_rows
+        if self._cols is None or self._cols.shape[2] < n_rows:
+            self._cols = pattern.new_empty(n_batch, n_heads, n_rows, n_words + 1)
+        cols = self._cols[:, :, :n_rows].zero_()
+        index = geo.token_word[:, None, None, :n_tok].expand(n_batch, n_heads, n_rows, n_tok)
+        cols.scatter_add_(3, index, pattern)  # (B, H, t, W+1): sums over attended words
+        owners = geo.token_word[:, start:stop]  # (B, t), non-decreasing
+        for b in range(n_batch):
+            first, last = int(owners[b, 0]), int(owners[b, -1])
+            if first >= self.n_real[b]:
+                continue  # padding rows only
+            # words with no token among the s keys have sums of exactly 0 (a causal block)
+            limit = min(self.n_real[b], int(geo.token_word[b, n_tok - 1]) + 1)
+            rows = cols.new_zeros(n_heads, last - first + 1, limit)
+            rows.index_add_(1, owners[b] - first, cols[b, ..., :limit])  # over attending tokens
+            carried = self.carry[b]
+            if carried is not None and carried[0] == first:
+                rows[:, 0, : carried[1].shape[-1]] += carried[1]
+            open_word = stop < geo.token_word.shape[1] and int(geo.token_word[b, stop]) == last
+            self.carry[b] = (last, rows[:, -1].clone()) if open_word else None
+            done = min(last + 1 - int(open_word), self.n_real[b]) - first  # finished words
+            if done > 0:
+                self.argmax[b, :, first : first + done] = self._argmax(rows[:, :done], b, first)
+
+    def _argmax(self, rows: torch.Tensor, b: int, first: int) -> torch.Tensor:
+        """Argmax ``(H, w)`` of word rows ``first..first+w`` of batch row ``b`` (``rows`` holds
+        the first columns; the rest are 0), self and special words excluded, in place."""
+        n_heads, n_rows, limit = rows.shape
+        _exclude(rows, first, self.special[b], self.n_real[b])
+        best, where = rows.max(-1)
+        if limit < self.n_real[b] and bool((best <= 0).any()):
+            # nothing above 0 among the first columns: the argmax is the first candidate left
+            # at 0, as over the whole row
+            full = rows.new_zeros(n_heads, n_rows, self.n_real[b])
+            full[..., :limit] = rows
+            _exclude(full, first, self.special[b], self.n_real[b])
+            where = torch.where(best <= 0, full.max(-1).indices, where)
+        return where
+
+    def result(self) -> torch.Tensor:
+        """``(B, H, W)``: each word's most attended word, as :meth:`Geometry.word_argmax`."""
+        return self.argmax
+
 
 def build_geometry(
     alignments: list[Alignment], n_positions: int, tokenizer: Any, *, causal: bool
@@ -108,31 +210,34 @@ def build_geometry(
     n_batch = len(alignments)
     n_words = max(len(a.words) for a in alignments)
     cls_token = getattr(tokenizer, "cls_token", None)
-    query = torch.zeros(n_batch, n_positions, dtype=torch.bool)
-    cls = torch.zeros(n_batch, n_positions)
-    sep = torch.zeros(n_batch, n_positions)
-    punct = torch.zeros(n_batch, n_positions)
-    log_visible = torch.zeros(n_batch, n_positions)
-    token_word = torch.full((n_batch, n_positions), n_words, dtype=torch.long)  # pad -> dummy
-    word_real = torch.zeros(n_batch, n_words, dtype=torch.bool)
-    word_special = torch.zeros(n_batch, n_words, dtype=torch.bool)
-    for b, a in enumerate(alignments):
-        n = a.n_tokens
-        token_word[b, :n] = torch.tensor(a.token_to_word)
-        word_real[b, : len(a.words)] = True
-        word_special[b, : len(a.words)] = torch.tensor(a.is_special)
-        for t, w in enumerate(a.token_to_word):
-            if a.is_special[w]:
-                if a.words[w] == cls_token:
-                    cls[b, t] = 1.0
-                else:
-                    sep[b, t] = 1.0
-            else:
-                query[b, t] = True
-                if is_punctuation(a.words[w]):
-                    punct[b, t] = 1.0
-        visible = torch.arange(1, n + 1) if causal else torch.full((n,), n)
-        log_visible[b, :n] = torch.log(visible.double()).float()
+    # each token's kind: 0 word, 1 punctuation word, 2 [CLS], 3 other special, -1 padding
+    kinds: list[list[int]] = []
+    token_words: list[list[int]] = []
+    specials: list[list[bool]] = []
+    for a in alignments:
+        word_kind = [
+            (2 if word == cls_token else 3) if special else int(is_punctuation(word))
+            for word, special in zip(a.words, a.is_special, strict=True)
+        ]
+        pad = n_positions - a.n_tokens
+        kinds.append([word_kind[w] for w in a.token_to_word] + [-1] * pad)
+        token_words.append(list(a.token_to_word) + [n_words] * pad)  # pad -> dummy word
+        specials.append(list(a.is_special) + [False] * (n_words - len(a.words)))
+    kind = torch.tensor(kinds, dtype=torch.long).view(n_batch, n_positions)
+    token_word = torch.tensor(token_words, dtype=torch.long).view(n_batch, n_positions)
+    word_special = torch.tensor(specials, dtype=torch.bool).view(n_batch, n_words)
+    n_real = torch.tensor([len(a.words) for a in alignments])
+    word_real = torch.arange(n_words)[None, :] < n_real[:, None]
+    query = (kind == 0) | (kind == 1)
+    cls = (kind == 2).float()
+    sep = (kind == 3).float()
+    punct = (kind == 1).float()
+    lengths = torch.tensor([a.n_tokens for a in alignments])
+    pos = torch.arange(n_positions)[None, :]
+    visible = (pos + 1) if causal else lengths[:, None].expand(n_batch, n_positions)
+    log_visible = torch.where(
+        pos < lengths[:, None], visible.double().log(), torch.zeros((), dtype=torch.float64)
+    ).float()
     to_words = torch.nn.functional.one_hot(token_word, n_words + 1)[..., :n_words].float()
     counts = to_words.sum(1).clamp_min(1.0)  # (B, W) tokens per word
     from_words = (to_words / counts[:, None, :]).transpose(1, 2).contiguous()

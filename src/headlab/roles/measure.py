@@ -1,8 +1,9 @@
 """Measure every head's roles on gold data, in one streaming pass per data set.
 
-Patterns are recomputed layer by layer from captured queries and keys (never eager attention),
-each probe keeps only per-sentence sums, and the bootstrap replicates ride along in the same
-pass (:mod:`headlab.roles.bootstrap`).
+Each layer's attention is computed by headlab in blocks of query rows during the model's own
+forward pass (:mod:`headlab.models.streaming`; never eager attention, never a recomputation),
+each probe adds up per-sentence sums from every block as it goes by, and the bootstrap
+replicates ride along in the same pass (:mod:`headlab.roles.bootstrap`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from headlab.datasets.gap import GapData, GapExample
 from headlab.datasets.treebank import TreebankSentence
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
-from headlab.models.runner import Batch, run_corpus
+from headlab.models.runner import Batch, stream_corpus
+from headlab.models.streaming import BlockConsumer
 from headlab.models.words import Alignment
 from headlab.roles.bootstrap import Sums
 from headlab.roles.classify import LETTERS, ROLES, RoleEvidence, Thresholds, role_name
-from headlab.roles.geometry import build_geometry
+from headlab.roles.geometry import DENSE_LIMIT, WordArgmaxStream, build_geometry
 from headlab.roles.probes import (
     broad,
     coreference,
@@ -50,10 +52,10 @@ class RoleOptions:
         induction_length: length of each random half.
         thresholds: the bars of each role.
         progress: a progress bar on stderr.
-        block_elements: patterns are recomputed in blocks of query rows of at most this many
-            weights (``B x H x rows x T``), so no full ``T x T`` pattern of a long input exists.
-        dtype: precision of the recomputed ``q k^T`` (``torch.bfloat16`` is faster on CPUs with
-            AMX; the softmax and the statistics stay in float32).
+        block_elements: attention is computed in blocks of query rows of about this many
+            weights (``B x H x rows x S``), so no full ``T x S`` pattern of a long input exists.
+        dtype: precision of ``q k^T`` (``torch.bfloat16`` is faster on CPUs with AMX; the
+            softmax and the statistics stay in float32); ``None``: the model's.
     """
 
     replicates: int = 100
@@ -63,19 +65,8 @@ class RoleOptions:
     induction_length: int = 48
     thresholds: Thresholds = field(default_factory=Thresholds)
     progress: bool = False
-    block_elements: int = 1 << 24
-    dtype: torch.dtype = torch.float32
-
-
-def _blocks(capture: Any, layer: int, n_batch: int, n_heads: int, options: RoleOptions) -> Any:
-    """Yield ``(start, pattern rows (B, H, t, T), entropy (B, H, t), argmax (B, H, t))``
-    covering every query position of ``layer``."""
-    n_queries = capture.n_queries(layer)
-    rows = max(1, options.block_elements // max(1, n_batch * n_heads * n_queries))
-    for start in range(0, n_queries, rows):
-        stop = min(n_queries, start + rows)
-        weights, entropy, argmax = capture.pattern_rows(layer, (start, stop), options.dtype)
-        yield start, weights.cpu(), entropy.cpu(), argmax.cpu()
+    block_elements: int = 1 << 20
+    dtype: torch.dtype | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,31 +169,53 @@ def _rounded(obj: Any) -> Any:
 # ---------------------------------------------------------------------------------- passes
 
 
-def treebank_consumer(
-    lm: LoadedModel,
-    sentences: Sequence[TreebankSentence],
-    frequencies: Counter[str],
-    relations: list[str],
-    sums: Sums,
-    options: RoleOptions,
-) -> Callable[[Batch], None]:
-    """The per-batch work of the treebank pass: every probe of every layer, into ``sums``.
+class _LayerSums:
+    """Per-batch sums of one layer, added up over its query blocks, then into :class:`Sums`."""
 
-    ``batch.capture`` only needs ``pattern_rows(layer, rows, dtype)`` and ``n_queries(layer)``,
-    so benchmarks can feed it patterns from elsewhere (eager maps).
+    def __init__(self, sums: Sums, n_layers: int, indices: list[int]) -> None:
+        self.sums = sums
+        self.n_layers = n_layers
+        self.indices = indices
+        self.parts: dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, value: torch.Tensor) -> None:
+        part = self.parts.get(name)
+        self.parts[name] = value if part is None else part + value
+
+    def flush(self, layer: int) -> None:
+        for name, value in self.parts.items():
+            self.sums.add_layer(name, layer, self.n_layers, self.indices, value)
+        self.parts.clear()
+
+
+class TreebankBlocks:
+    """The treebank pass for one batch: every probe of every layer, fed block by block
+    (:class:`~headlab.models.streaming.BlockConsumer`), into ``sums``.
+
+    Benchmarks can feed it weights from elsewhere (eager maps) through the same three calls.
     """
-    rel_id = {r: i for i, r in enumerate(relations)}
-    n_rel = len(relations)
 
-    def consume(batch: Batch) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        batch: Batch,
+        sentences: Sequence[TreebankSentence],
+        frequencies: Counter[str],
+        relations: list[str],
+        sums: Sums,
+    ) -> None:
         n_positions = batch.inputs["input_ids"].shape[1]
-        geo = build_geometry(batch.alignments, n_positions, lm.tokenizer, causal=lm.causal)
+        self.geo = geo = build_geometry(
+            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal
+        )
         n_words = geo.word_real.shape[1]
         n_batch = len(batch.indices)
-        gold_head = torch.full((n_batch, n_words), -1, dtype=torch.long)
-        relation = torch.full((n_batch, n_words), n_rel, dtype=torch.long)
-        rare_target = torch.zeros(n_batch, n_words, dtype=torch.bool)
-        rare_query = torch.zeros(n_batch, n_words, dtype=torch.bool)
+        rel_id = {r: i for i, r in enumerate(relations)}
+        n_rel = self.n_rel = len(relations)
+        gold_head = [[-1] * n_words for _ in range(n_batch)]
+        relation = [[n_rel] * n_words for _ in range(n_batch)]
+        rare_target = [[False] * n_words for _ in range(n_batch)]
+        rare_query = [[False] * n_words for _ in range(n_batch)]
         rare_chance = torch.zeros(n_batch)
         counts = torch.zeros(n_batch, n_rel, 2)
         base = torch.zeros(n_batch, n_rel, 2, len(syntactic.OFFSETS))
@@ -212,50 +225,92 @@ def treebank_consumer(
             rels = [rel_id.get(r, -1) for r in s.relations]
             for k, (h, r) in enumerate(zip(s.heads, rels, strict=True)):
                 if h >= 0 and r >= 0:
-                    gold_head[b, plain[k]] = plain[h]
-                    relation[b, plain[k]] = r
+                    gold_head[b][plain[k]] = plain[h]
+                    relation[b][plain[k]] = r
             counts[b], base[b] = syntactic.sentence_counts(s.heads, rels, n_rel)
             target = rare.targets(s.words, frequencies)
             n_target = sum(target)
             if n_target and len(s.words) > n_target:
                 for k, t in enumerate(target):
-                    rare_target[b, plain[k]] = t
-                    rare_query[b, plain[k]] = not t
+                    rare_target[b][plain[k]] = t
+                    rare_query[b][plain[k]] = not t
                 rare_chance[b] = (len(s.words) - n_target) * n_target / (len(s.words) - 1)
+        self.gold_head = torch.tensor(gold_head, dtype=torch.long).view(n_batch, n_words)
+        self.relation = torch.tensor(relation, dtype=torch.long).view(n_batch, n_words)
+        self.rare_target = torch.tensor(rare_target, dtype=torch.bool).view(n_batch, n_words)
+        self.rare_query = torch.tensor(rare_query, dtype=torch.bool).view(n_batch, n_words)
         idx = batch.indices
         sums.add("queries", idx, geo.query.sum(1).float())
         sums.add("broad.rows", idx, (geo.query & (geo.log_visible > 0)).sum(1).float())
-        sums.add("rare.queries", idx, rare_query.sum(1).float())
+        sums.add("rare.queries", idx, self.rare_query.sum(1).float())
         sums.add("rare.chance", idx, rare_chance)
         sums.add("syntactic.count", idx, counts)
         sums.add("syntactic.baseline", idx, base)
-        for layer in range(lm.n_layers):
-            words = None
-            n_heads = lm.layout.heads_per_layer[layer]
-            blocks = _blocks(batch.capture, layer, n_batch, n_heads, options)
-            for start, pattern, entropy, top in blocks:
-                for name, value in (  # pattern rows (B, H, t, T)
-                    *positional.collect(pattern, geo, start, argmax=top).items(),
-                    *delimiter.collect(pattern, geo, start).items(),
-                    *broad.collect(pattern, geo, start, entropy=entropy).items(),
-                ):
-                    sums.add_layer(name, layer, lm.n_layers, idx, value)
-                words = geo.word_sums(pattern, start, out=words)
-            if words is None:
-                continue
-            argmax = geo.word_argmax(geo.finish_words(words))  # (B, H, W)
-            sums.add_layer(
-                "syntactic.hits",
-                layer,
-                lm.n_layers,
-                idx,
-                syntactic.collect(argmax, gold_head, relation, n_rel),
-            )
-            sums.add_layer(
-                "rare.hits", layer, lm.n_layers, idx, rare.collect(argmax, rare_target, rare_query)
-            )
+        self.layer_sums = _LayerSums(sums, lm.n_layers, idx)
+        # the delimiter masses, and word sums of short inputs, come out of the attention's own
+        # product with the values (see headlab.models.streaming)
+        self.dense_words = n_words * n_positions <= DENSE_LIMIT
+        cols = [delimiter.columns(geo)]
+        if self.dense_words:
+            cols.append(geo.to_words)
+        self._columns = torch.cat(cols, dim=-1)  # (B, T, 3 [+ W])
+        self._words: WordArgmaxStream | None = None  # long inputs
+        self._token_cols: torch.Tensor | None = None  # short inputs: (B, T, H, W)
+        self._owners = geo.to_words.transpose(1, 2).contiguous()  # (B, W, T)
 
-    return consume
+    def columns(self, layer: int) -> torch.Tensor:
+        return self._columns
+
+    def block(
+        self,
+        layer: int,
+        start: int,
+        weights: torch.Tensor,
+        entropy: torch.Tensor,
+        top: torch.Tensor,
+        mixed: torch.Tensor | None,
+    ) -> None:
+        geo = self.geo
+        if mixed is None:
+            mixed = weights @ self._columns[:, None, : weights.shape[-1]]
+        parts = (  # weights (B, H, t, s)
+            positional.collect(weights, geo, start, top=top),
+            delimiter.collect(weights, geo, start, mass=mixed[..., :3]),
+            broad.collect(weights, geo, start, entropy=entropy),
+        )
+        for part in parts:
+            for name, value in part.items():
+                self.layer_sums.add(name, value)
+        if self.dense_words:  # each token row's sums over attended words, kept for the layer
+            n_batch, n_heads, n_rows, _ = weights.shape
+            if self._token_cols is None:
+                n_tok, n_words = self._owners.shape[2], self._owners.shape[1]
+                self._token_cols = weights.new_empty(n_batch, n_tok, n_heads, n_words)
+            self._token_cols[:, start : start + n_rows] = mixed[..., 3:].transpose(1, 2)
+        else:
+            if self._words is None:
+                self._words = WordArgmaxStream(geo, weights.shape[1])
+            self._words.add(weights, start)
+
+    def layer_done(self, layer: int) -> None:
+        self.layer_sums.flush(layer)
+        if self.dense_words:
+            if self._token_cols is None:
+                return
+            n_batch, n_tok, n_heads, n_words = self._token_cols.shape
+            flat = self._token_cols.view(n_batch, n_tok, n_heads * n_words)
+            words = torch.bmm(self._owners, flat).view(n_batch, n_words, n_heads, n_words)
+            words = words.permute(0, 2, 1, 3)  # (B, H, W, W) sums over both words' tokens
+            argmax = self.geo.word_argmax_sums(words)  # (B, H, W)
+        elif self._words is not None:
+            argmax, self._words = self._words.result(), None
+        else:
+            return
+        self.layer_sums.add(
+            "syntactic.hits", syntactic.collect(argmax, self.gold_head, self.relation, self.n_rel)
+        )
+        self.layer_sums.add("rare.hits", rare.collect(argmax, self.rare_target, self.rare_query))
+        self.layer_sums.flush(layer)
 
 
 def _treebank_pass(
@@ -266,22 +321,31 @@ def _treebank_pass(
     sums: Sums,
     options: RoleOptions,
 ) -> dict[str, int]:
-    consume = treebank_consumer(lm, sentences, frequencies, relations, sums, options)
+    def blocks(batch: Batch) -> TreebankBlocks:
+        return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums)
+
     skipped: Counter[str] = Counter()
-    _stream(lm, [s.words for s in sentences], consume, options, skipped)
+    _stream(lm, [s.words for s in sentences], blocks, options, skipped)
     return dict(skipped)
 
 
 def _stream(
     lm: LoadedModel,
     texts: Sequence[Sequence[str] | str],
-    consume: Callable[[Batch], None],
+    blocks: Callable[[Batch], BlockConsumer],
     options: RoleOptions,
     skipped: Counter[str],
 ) -> None:
-    """Run ``texts`` through ``consume``; count the sentences left out, by reason."""
-    for s in run_corpus(
-        lm, texts, consume, batch_tokens=options.batch_tokens, progress=options.progress
+    """Run ``texts`` through the model, each batch's attention blocks into ``blocks(batch)``;
+    count the sentences left out, by reason."""
+    for s in stream_corpus(
+        lm,
+        texts,
+        blocks,
+        batch_tokens=options.batch_tokens,
+        block_elements=options.block_elements,
+        dtype=options.dtype,
+        progress=options.progress,
     ):
         skipped[_reason(s.reason)] += 1
 
@@ -301,53 +365,92 @@ def _gap_words(a: Alignment, span: tuple[int, int]) -> list[int]:
     ]
 
 
-def _gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -> dict[str, int]:
-    examples = gap.examples
-    skipped: Counter[str] = Counter({k: v for k, v in gap.skipped.items() if v})
+class GapBlocks:
+    """The GAP pass for one batch: each head's word-level attention from the pronoun, fed block
+    by block, into ``sums``."""
 
-    def consume(batch: Batch) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        batch: Batch,
+        examples: Sequence[GapExample],
+        sums: Sums,
+        skipped: Counter[str],
+    ) -> None:
         n_positions = batch.inputs["input_ids"].shape[1]
-        geo = build_geometry(batch.alignments, n_positions, lm.tokenizer, causal=lm.causal)
+        self.geo = geo = build_geometry(
+            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal
+        )
         n_batch, n_words = geo.word_real.shape
         pronoun = torch.zeros(n_batch, dtype=torch.long)
-        candidates = torch.zeros(n_batch, 2, n_words, dtype=torch.bool)
-        answer = torch.zeros(n_batch, dtype=torch.long)
-        valid = torch.zeros(n_batch)
+        self.candidates = torch.zeros(n_batch, 2, n_words, dtype=torch.bool)
+        self.answer = torch.zeros(n_batch, dtype=torch.long)
+        self.valid = torch.zeros(n_batch)
         nearest = torch.zeros(n_batch)
         first = torch.zeros(n_batch)
         for b, (i, a) in enumerate(zip(batch.indices, batch.alignments, strict=True)):
-            ex: GapExample = examples[i]
+            ex = examples[i]
             p_words = _gap_words(a, ex.pronoun)
             c_words = [_gap_words(a, c) for c in ex.candidates]
             if len(p_words) != 1 or not all(c_words) or set(c_words[0]) & set(c_words[1]):
                 skipped["pronoun or names not matched to words"] += 1
                 continue
-            valid[b] = 1.0
+            self.valid[b] = 1.0
             pronoun[b] = p_words[0]
             for c, ws in enumerate(c_words):
-                candidates[b, c, ws] = True
-            answer[b] = ex.answer
+                self.candidates[b, c, ws] = True
+            self.answer[b] = ex.answer
             distance = [_distance(ex.pronoun, c) for c in ex.candidates]
             nearest[b] = float(int(distance[1] < distance[0]) == ex.answer)
             first[b] = float(int(ex.candidates[1][0] < ex.candidates[0][0]) == ex.answer)
         idx = batch.indices
-        sums.add("coref.examples", idx, valid)
+        sums.add("coref.examples", idx, self.valid)
         sums.add("coref.nearest", idx, nearest)
         sums.add("coref.first", idx, first)
-        from_pronoun = geo.from_words[torch.arange(n_batch), pronoun]  # (B, T)
-        for layer in range(lm.n_layers):
-            n_heads = lm.layout.heads_per_layer[layer]
-            seen = None  # (B, H, T): the pronoun's token rows, weighted as a word
-            for start, pattern, _, _ in _blocks(batch.capture, layer, n_batch, n_heads, options):
-                w = from_pronoun[:, start : start + pattern.shape[2]]
-                part = torch.einsum("bt,bhts->bhs", w, pattern)
-                seen = part if seen is None else seen + part
-            if seen is None:
-                continue
-            hits = coreference.collect(coreference.to_word_row(seen, geo), candidates, answer)
-            sums.add_layer("coref.hits", layer, lm.n_layers, idx, hits * valid[:, None])
+        self.from_pronoun = geo.from_words[torch.arange(n_batch), pronoun]  # (B, T)
+        self.layer_sums = _LayerSums(sums, lm.n_layers, idx)
+        self.n_heads = lm.layout.heads_per_layer
+        self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
 
-    _stream(lm, [e.text for e in examples], consume, options, skipped)
+    def columns(self, layer: int) -> None:
+        return None
+
+    def block(
+        self,
+        layer: int,
+        start: int,
+        weights: torch.Tensor,
+        entropy: torch.Tensor,
+        top: torch.Tensor,
+        mixed: torch.Tensor | None,
+    ) -> None:
+        n_batch, n_heads, n_rows, n_keys = weights.shape
+        if self._seen is None:
+            self._seen = weights.new_zeros(n_batch, n_heads, self.from_pronoun.shape[1])
+        share = self.from_pronoun[:, start : start + n_rows]  # (B, t)
+        where = share.nonzero()  # (n, 2): (row of the batch, query row) of pronoun tokens
+        if where.numel():
+            rows = weights[where[:, 0], :, where[:, 1]]  # (n, H, s)
+            rows = rows * share[where[:, 0], where[:, 1]][:, None, None]
+            self._seen[..., :n_keys].index_add_(0, where[:, 0], rows)
+
+    def layer_done(self, layer: int) -> None:
+        seen, self._seen = self._seen, None
+        if seen is None:
+            return
+        row = coreference.to_word_row(seen, self.geo)
+        hits = coreference.collect(row, self.candidates, self.answer)
+        self.layer_sums.add("coref.hits", hits * self.valid[:, None])
+        self.layer_sums.flush(layer)
+
+
+def _gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -> dict[str, int]:
+    skipped: Counter[str] = Counter({k: v for k, v in gap.skipped.items() if v})
+
+    def blocks(batch: Batch) -> GapBlocks:
+        return GapBlocks(lm, batch, gap.examples, sums, skipped)
+
+    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped)
     return dict(skipped)
 
 

@@ -13,11 +13,21 @@ from headlab.roles.bootstrap import Sums, ratio
 from headlab.roles.geometry import Geometry
 
 
-def collect(pattern: torch.Tensor, geo: Geometry, start: int = 0) -> dict[str, torch.Tensor]:
-    """pattern rows ``(B, H, t, T)`` -> mass sums ``(B, H)`` on ``cls``, ``sep``, ``punct``."""
+def columns(geo: Geometry) -> torch.Tensor:
+    """``(B, T, 3)``: 1.0 on the [CLS], other special and punctuation tokens."""
+    return torch.stack([geo.cls, geo.sep, geo.punct], dim=-1)
+
+
+def collect(
+    pattern: torch.Tensor, geo: Geometry, start: int = 0, *, mass: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """pattern rows ``(B, H, t, T)`` -> mass sums ``(B, H)`` on ``cls``, ``sep``, ``punct``.
+
+    ``mass`` ``(B, H, t, 3)``: each row's weight on :func:`columns`, when the caller has it
+    (the attention's product with its values can carry it)."""
     query = geo.query[:, None, start : start + pattern.shape[2]].float()  # (B, 1, t)
-    where = torch.stack([geo.cls, geo.sep, geo.punct], dim=-1)  # (B, T, 3)
-    mass = pattern @ where[:, None, : pattern.shape[-1]]  # (B, H, t, 3)
+    if mass is None:
+        mass = pattern @ columns(geo)[:, None, : pattern.shape[-1]]  # (B, H, t, 3)
     total = (mass * query[..., None]).sum(2)  # (B, H, 3)
     return {f"delimiter.{name}": total[..., i] for i, name in enumerate(("cls", "sep", "punct"))}
 

@@ -17,24 +17,31 @@ OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 
 
 def collect(
-    pattern: torch.Tensor, geo: Geometry, start: int = 0, *, argmax: torch.Tensor | None = None
+    pattern: torch.Tensor, geo: Geometry, start: int = 0, *, top: torch.Tensor | None = None
 ) -> dict[str, torch.Tensor]:
     """pattern rows ``(B, H, t, T)`` (queries ``start..start+t``) -> ``hits (B, H, 7)``,
-    ``previous (B, H)``, ``next (B, H)``. ``argmax`` ``(B, H, t)``: each row's argmax, when the
-    caller already has it."""
+    ``previous (B, H)``, ``next (B, H)``.
+
+    A row's argmax is at offset ``k`` when the weight on ``t + k`` is the row's largest and no
+    nearer-left offset ties it; ``top`` ``(B, H, t)``, each row's largest weight, when the caller
+    has it. Only the seven weights near the diagonal are read, never a whole row again."""
     n_batch, n_heads, n_rows, n_keys = pattern.shape
-    query = geo.query[:, None, start : start + n_rows]  # (B, 1, t)
-    pos = torch.arange(start, start + n_rows)
-    offset = (pattern.argmax(-1) if argmax is None else argmax) - pos  # (B, H, t)
-    hits = torch.stack([((offset == k) & query).sum(-1) for k in OFFSETS], dim=-1)
-
-    def at(delta: int) -> torch.Tensor:
-        key = pos + delta
-        ok = (key >= 0) & (key < n_keys)
-        idx = key.clamp(0, n_keys - 1).view(1, 1, n_rows, 1).expand(n_batch, n_heads, n_rows, 1)
-        return (pattern.gather(-1, idx).squeeze(-1) * (query & ok)).sum(-1)
-
-    return {"positional.hits": hits.float(), "previous": at(-1), "next": at(1)}
+    query = geo.query[:, None, start : start + n_rows, None]  # (B, 1, t, 1)
+    if top is None:
+        top = pattern.amax(-1)  # (B, H, t)
+    key = torch.arange(start, start + n_rows)[:, None] + torch.tensor(OFFSETS)  # (t, 7)
+    ok = (key >= 0) & (key < n_keys)
+    idx = key.clamp(0, n_keys - 1).expand(n_batch, n_heads, n_rows, len(OFFSETS))
+    near = pattern.gather(-1, idx) * ok  # (B, H, t, 7): weights at t-3 .. t+3
+    hit = (near >= top[..., None]) & ok
+    hit &= hit.cumsum(-1) == 1  # the first (leftmost) maximum only, as argmax
+    hits = (hit & query).sum(2)  # (B, H, 7)
+    near = near * query
+    return {
+        "positional.hits": hits.float(),
+        "previous": near[..., OFFSETS.index(-1)].sum(-1),
+        "next": near[..., OFFSETS.index(1)].sum(-1),
+    }
 
 
 def scores(sums: Sums) -> dict[str, torch.Tensor]:

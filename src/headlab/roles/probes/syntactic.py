@@ -41,6 +41,7 @@ CORE_RELATIONS = (
 DIRECTIONS = ("dependent_to_head", "head_to_dependent")
 MAX_OFFSET = 20
 OFFSETS = tuple(k for k in range(-MAX_OFFSET, MAX_OFFSET + 1) if k != 0)
+_OFFSET_INDEX = {k: i for i, k in enumerate(OFFSETS)}
 
 
 def sentence_counts(
@@ -51,22 +52,27 @@ def sentence_counts(
     ``heads`` are 0-based word indices (-1 root), ``relations`` relation ids (-1: not counted).
     """
     n = len(heads)
-    counts = torch.zeros(n_relations, 2)
-    base = torch.zeros(n_relations, 2, len(OFFSETS))
+    n_offsets = len(OFFSETS)
+    counts = [[0, 0] for _ in range(n_relations)]
+    base = [[0] * (2 * n_offsets) for _ in range(n_relations)]  # (R, 2 x offsets), flat
     dependents: dict[tuple[int, int], set[int]] = {}
     for d, (h, r) in enumerate(zip(heads, relations, strict=True)):
         if h < 0 or r < 0:
             continue
-        counts[r, 0] += 1
+        counts[r][0] += 1
         if 0 < abs(h - d) <= MAX_OFFSET:
-            base[r, 0, OFFSETS.index(h - d)] += 1
+            base[r][_OFFSET_INDEX[h - d]] += 1
         dependents.setdefault((h, r), set()).add(d)
     for (h, r), deps in dependents.items():
-        counts[r, 1] += 1
-        for i, k in enumerate(OFFSETS):
-            if 0 <= h + k < n and h + k in deps:
-                base[r, 1, i] += 1
-    return counts, base
+        counts[r][1] += 1
+        for d in deps:  # the offsets at which h finds a dependent of this relation
+            k = d - h
+            if 0 < abs(k) <= MAX_OFFSET and 0 <= d < n:
+                base[r][n_offsets + _OFFSET_INDEX[k]] += 1
+    return (
+        torch.tensor(counts, dtype=torch.float32).view(n_relations, 2),
+        torch.tensor(base, dtype=torch.float32).view(n_relations, 2, n_offsets),
+    )
 
 
 def collect(

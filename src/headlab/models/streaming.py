@@ -1,0 +1,273 @@
+"""Attention computed by headlab in query blocks, with every block's weights handed out on the way.
+
+Inside ``with StreamingAttention(lm, consumer):`` each attention layer of ``lm.model`` computes
+its own output, one block of query rows at a time: scores ``q k^T``, softmax, weights times
+values, the same arithmetic as eager attention. Before a block's weights are used for the output,
+``consumer.block`` gets them with each row's entropy and argmax, and the attention-weighted sums
+of any per-key columns the consumer asked for (computed in the same matrix product as the output).
+
+This is what makes head statistics cost little more than the model's own forward: the patterns are
+never recomputed, no layer's ``H x T x S`` tensor exists at once (a block is about
+``block_elements`` weights), and nothing is kept between layers. Causal layers skip the keys a
+block cannot see. The model's outputs match its sdpa outputs to float rounding.
+
+Shape vocabulary: ``B`` batch, ``H`` query heads, ``Hkv`` key/value heads, ``T`` queries, ``S``
+keys, ``D`` head width, ``t`` rows in a block, ``s`` keys a block sees, ``X`` consumer columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from headlab.errors import InputError
+from headlab.models.interface import observe
+from headlab.models.loading import LoadedModel
+
+#: masked scores: large and finite, so a row with no visible key gives no NaN
+MASKED = -1e30
+
+
+class BlockConsumer(Protocol):
+    """What :class:`StreamingAttention` feeds, layer by layer and block by block."""
+
+    def columns(self, layer: int) -> torch.Tensor | None:
+        """Per-key values ``(B, S, X)`` whose attention-weighted sums each block needs."""
+
+    def block(
+        self,
+        layer: int,
+        start: int,
+        weights: torch.Tensor,
+        entropy: torch.Tensor,
+        top: torch.Tensor,
+        mixed: torch.Tensor | None,
+    ) -> None:
+        """Query rows ``start:start+t``: weights ``(B, H, t, s)`` (keys ``0:s``; a causal block
+        sees no later key), each row's entropy and largest weight ``(B, H, t)``, mixed
+        ``(B, H, t, X)``."""
+
+    def layer_done(self, layer: int) -> None:
+        """Every block of ``layer`` has been seen."""
+
+
+def block_rows(n_batch: int, n_heads: int, n_keys: int, block_elements: int) -> int:
+    """Query rows per block so that a block holds about ``block_elements`` weights."""
+    return max(1, block_elements // max(1, n_batch * n_heads * n_keys))
+
+
+def attention_blocks(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scaling: float,
+    on_block: Any,
+    columns: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    block_elements: int = 1 << 20,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Attention output ``(B, T, H, D)``, computed block by block; ``on_block(start, weights,
+    entropy, top, mixed)`` sees each block first (``top``: each row's largest weight).
+
+    Args:
+        query: ``(B, H, T, D)`` (after rotary embeddings).
+        key, value: ``(B, Hkv, S, D)``; ``H`` must be a multiple of ``Hkv`` (GQA).
+        mask: bool (True = attend) or additive float, broadcastable to ``(B, H, T, S)``.
+        causal: row ``i`` sees keys ``0..i + S - T`` (bottom-right aligned, as sdpa); combined
+            with ``mask`` when both are given.
+        scaling: the factor on ``q k^T``.
+        columns: ``(B, S, X)`` per-key values; ``mixed`` is their weighted sum per row.
+        bias: additive scores ``(B|1, H|1, T, S)`` (relative position biases).
+        dtype: precision of ``q k^T`` (the softmax is float32; default: the query's dtype).
+
+    Entropy is ``log Z - sum_j p_j s_j`` with ``log Z = s_max - log p_max``: no logarithm per
+    weight. A row that sees no key gets uniform weights (only padding rows can; callers do not
+    count them). Masks of right padding (keys from each row's length on) and the causal triangle
+    are filled as slices; other masks cell by cell.
+    """
+    n_batch, n_heads, n_queries, d = query.shape
+    n_kv, n_keys = key.shape[1], key.shape[2]
+    if n_heads % n_kv:
+        raise InputError(f"{n_heads} query heads cannot share {n_kv} key/value heads evenly")
+    group = n_heads // n_kv
+    dtype = dtype or query.dtype
+    offset = n_keys - n_queries  # causal alignment (keys already cached)
+    k_t = key.to(dtype).transpose(-2, -1)  # (B, Hkv, D, S)
+    # float32 values: one product gives the output and the consumer's sums (lower precisions
+    # keep the sums in float32 with a product of their own)
+    mix_in_product = columns is not None and value.dtype == torch.float32
+    values = value
+    if columns is not None and mix_in_product:
+        extra = columns[:, None].expand(n_batch, n_kv, n_keys, columns.shape[-1])
+        values = torch.cat([value, extra.to(value.dtype)], dim=-1)  # (B, Hkv, S, D + X)
+    out = query.new_empty(n_batch, n_queries, n_heads, d, dtype=value.dtype)
+    rows = block_rows(n_batch, n_heads, n_keys, block_elements)
+    lengths = _key_lengths(mask, causal, n_queries, n_keys)
+    if lengths is not None:
+        mask = None  # the lengths (and the causal triangle) say everything it says
+    for start in range(0, n_queries, rows):
+        stop = min(n_queries, start + rows)
+        t = stop - start
+        seen = min(n_keys, stop + offset) if causal else n_keys  # keys this block can see
+        q_rows = query[:, :, start:stop].to(dtype) * scaling  # (B, H, t, D)
+        q_rows = q_rows.reshape(n_batch, n_kv, group * t, d)  # heads of a KV group stacked
+        scores = torch.matmul(q_rows, k_t[..., :seen]).float()  # (B, Hkv, g t, s)
+        scores = scores.view(n_batch, n_heads, t, seen)  # (B, H, t, s)
+        if bias is not None:
+            scores.add_(_rows(bias, start, stop, n_queries)[..., :seen].float())
+        if mask is not None:
+            m = _rows(mask, start, stop, n_queries)[..., :seen]
+            if m.dtype == torch.bool:
+                scores.masked_fill_(~m, MASKED)
+            else:
+                scores.add_(m.float().clamp_min(MASKED))
+        if lengths is not None:
+            for b, n in enumerate(lengths):
+                if n < seen:
+                    scores[b, ..., n:].fill_(MASKED)
+        if causal:  # only the last t keys can lie after a row of this block
+            first = max(0, seen - t)
+            row = torch.arange(start, stop, device=query.device)[:, None] + offset
+            later = torch.arange(first, seen, device=query.device)[None, :] > row  # (t, <=t)
+            scores[..., first:].masked_fill_(later, MASKED)
+        s_max = scores.amax(dim=-1)  # (B, H, t)
+        weights = torch.softmax(scores, dim=-1)  # (B, H, t, s)
+        top = weights.amax(dim=-1)  # (B, H, t)
+        entropy = s_max - top.log() - torch.linalg.vecdot(weights, scores)
+        del scores
+        mixed_w = weights.to(value.dtype).view(n_batch, n_kv, group * t, seen)
+        product = torch.matmul(mixed_w, values[:, :, :seen])  # (B, Hkv, g t, D [+ X])
+        product = product.view(n_batch, n_heads, t, -1)
+        mixed = None
+        if mix_in_product:
+            mixed = product[..., d:]
+        elif columns is not None:
+            mixed = weights @ columns[:, None, :seen].float()  # (B, H, t, X)
+        on_block(start, weights, entropy, top, mixed)
+        out[:, start:stop] = product[..., :d].transpose(1, 2)
+    return out
+
+
+def _key_lengths(
+    mask: torch.Tensor | None, causal: bool, n_queries: int, n_keys: int
+) -> list[int] | None:
+    """Each batch row's number of keys when ``mask`` only hides keys from that number on (right
+    padding; on top of the causal triangle when ``causal``); ``None`` when it does more."""
+    if mask is None or mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
+        return None
+    if mask.shape[-1] != n_keys or mask.shape[-2] not in (1, n_queries):
+        return None
+    keys = mask[:, 0].any(dim=-2)  # (B, S) keys someone sees
+    lengths = keys.sum(-1)
+    expected = torch.arange(n_keys, device=mask.device)[None, :] < lengths[:, None]  # (B, S)
+    full = expected[:, None, :].expand(-1, mask.shape[-2], -1)
+    if causal:
+        row = torch.arange(mask.shape[-2], device=mask.device)[:, None] + n_keys - n_queries
+        full = full & (torch.arange(n_keys, device=mask.device)[None, :] <= row)
+    if not torch.equal(mask[:, 0], full):
+        return None
+    return [int(n) for n in lengths.tolist()]
+
+
+def _rows(m: torch.Tensor, start: int, stop: int, n_queries: int) -> torch.Tensor:
+    """Rows ``start:stop`` of a mask or bias broadcastable to ``(B, H, T, S)``."""
+    if m.dim() >= 2 and m.shape[-2] == n_queries:
+        return m[..., start:stop, :]
+    return m
+
+
+class StreamingAttention:
+    """Context manager: ``lm``'s attention layers compute their output in query blocks and hand
+    each block to ``consumer`` (:class:`BlockConsumer`).
+
+    Args:
+        lm: the model.
+        consumer: gets ``columns``, ``block`` and ``layer_done`` calls during each forward pass.
+        block_elements: about this many weights per block.
+        dtype: precision of ``q k^T`` (default: the model's).
+
+    Example:
+        >>> with StreamingAttention(lm, consumer):   # doctest: +SKIP
+        ...     lm.model(**batch)
+    """
+
+    def __init__(
+        self,
+        lm: LoadedModel,
+        consumer: BlockConsumer,
+        *,
+        block_elements: int = 1 << 20,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        if block_elements < 1:
+            raise InputError(f"block_elements must be 1 or more, got {block_elements}")
+        self.lm = lm
+        self.consumer = consumer
+        self.block_elements = block_elements
+        self.dtype = dtype
+        self._removers: list[Any] = []
+
+    def _layer(self, layer: int) -> Any:
+        consumer = self.consumer
+
+        def attend(
+            module: nn.Module,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            mask: Any,
+            kwargs: dict[str, Any],
+        ) -> torch.Tensor:
+            for name in ("softcap", "s_aux", "sinks"):
+                if kwargs.get(name) is not None:
+                    raise InputError(
+                        f"layer {layer} uses attention {name!r}, which headlab's block attention "
+                        "does not implement"
+                    )
+            flag = kwargs.get("is_causal")
+            flag = getattr(module, "is_causal", True) if flag is None else flag
+            n_queries, n_keys = query.shape[2], key.shape[2]
+            # sdpa's rule, and a causal model's own mask implies it whenever S == T
+            causal = bool(flag) and n_queries > 1 and (mask is None or n_keys == n_queries)
+            scaling = kwargs.get("scaling")
+            scaling = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+
+            def on_block(start: int, *parts: Any) -> None:
+                consumer.block(layer, start, *parts)
+
+            out = attention_blocks(
+                query,
+                key,
+                value,
+                mask=mask if isinstance(mask, torch.Tensor) else None,
+                causal=causal,
+                scaling=scaling,
+                on_block=on_block,
+                columns=consumer.columns(layer),
+                bias=kwargs.get("position_bias"),
+                block_elements=self.block_elements,
+                dtype=self.dtype,
+            )
+            consumer.layer_done(layer)
+            return out
+
+        return attend
+
+    def __enter__(self) -> StreamingAttention:
+        try:
+            for layer, handles in enumerate(self.lm.layers):
+                self._removers.append(observe(handles.attention, self._layer(layer)))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._removers:
+            self._removers.pop()()

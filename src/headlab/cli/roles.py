@@ -40,8 +40,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--bf16",
         action="store_true",
-        help="model and recomputed q k^T in bfloat16 (faster on CPUs with AMX; scores move by "
-        "well under 0.01, see benchmarks/RESULTS.md)",
+        help="model and q k^T in bfloat16, softmax and statistics in float32 (faster on CPUs "
+        "with AMX; scores move by well under 0.01, see benchmarks/RESULTS.md)",
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the full result as JSON")

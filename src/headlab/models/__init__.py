@@ -14,16 +14,19 @@ from headlab.models.adapters import adapter_for, supported_model_types
 from headlab.models.analysis import WordAttention, mean_head_outputs, word_attention
 from headlab.models.capture import HeadCapture, attention_pattern
 from headlab.models.loading import DEFAULT_MODEL_NAME, LoadedModel, default_model_path, load, wrap
-from headlab.models.runner import Batch, Skipped, encode, run_corpus
+from headlab.models.runner import Batch, Skipped, encode, run_corpus, stream_corpus
+from headlab.models.streaming import BlockConsumer, StreamingAttention
 from headlab.models.words import Alignment, align, split_words, word_pattern
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "Alignment",
     "Batch",
+    "BlockConsumer",
     "HeadCapture",
     "LoadedModel",
     "Skipped",
+    "StreamingAttention",
     "WordAttention",
     "adapter_for",
     "align",
@@ -34,6 +37,7 @@ __all__ = [
     "mean_head_outputs",
     "run_corpus",
     "split_words",
+    "stream_corpus",
     "supported_model_types",
     "word_attention",
     "word_pattern",

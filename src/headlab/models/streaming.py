@@ -53,9 +53,17 @@ class BlockConsumer(Protocol):
         """Every block of ``layer`` has been seen."""
 
 
+#: blocks get at least this many query rows (up to 16x ``block_elements``): wide batches would
+#: otherwise be cut into many thin blocks, each paying the fixed cost of every probe's calls
+MIN_BLOCK_ROWS = 64
+
+
 def block_rows(n_batch: int, n_heads: int, n_keys: int, block_elements: int) -> int:
-    """Query rows per block so that a block holds about ``block_elements`` weights."""
-    return max(1, block_elements // max(1, n_batch * n_heads * n_keys))
+    """Query rows per block so that a block holds about ``block_elements`` weights (more for
+    wide batches, see :data:`MIN_BLOCK_ROWS`)."""
+    per_row = max(1, n_batch * n_heads * n_keys)
+    wide = min(MIN_BLOCK_ROWS, (16 * block_elements) // per_row)
+    return max(1, block_elements // per_row, wide)
 
 
 def attention_blocks(

@@ -117,49 +117,6 @@ def attention_pattern(
     return torch.nan_to_num(weights, nan=0.0)  # rows with no visible key: zeros
 
 
-def attention_rows(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    *,
-    mask: torch.Tensor | None,
-    is_causal: bool,
-    scaling: float,
-    rows: tuple[int, int],
-    dtype: torch.dtype = torch.float32,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Weights ``(B, H, t, S)``, each row's entropy ``(B, H, t)`` and argmax ``(B, H, t)`` for
-    query rows ``rows``: the statistics path, in as few passes over the scores as it can.
-
-    Masked keys get a large negative score rather than ``-inf``, so no NaN clean-up is needed
-    (rows with no visible key, which only padding has, come out uniform instead of zero:
-    callers never count them). The entropy needs no logarithm per weight:
-    ``H = log Z - sum_j p_j s_j``, and ``log Z = s_max - log p_max``.
-    """
-    n_heads, n_kv = q.shape[1], k.shape[1]
-    n_queries = q.shape[2]
-    start, stop = rows
-    k_all = k if n_kv == n_heads else k.repeat_interleave(n_heads // n_kv, dim=1)
-    q_rows = q[:, :, start:stop].to(dtype) * scaling  # scale the (t x D) side, not (t x S)
-    scores = torch.matmul(q_rows, k_all.to(dtype).transpose(-2, -1)).float()  # (B, H, t, S)
-    s = scores.shape[-1]
-    if mask is not None:
-        m = mask
-        if m.dim() >= 2 and m.shape[-2] == n_queries:
-            m = m[..., start:stop, :]
-        if m.dtype == torch.bool:
-            scores.masked_fill_(~m, -1e30)
-        else:
-            scores.add_(m.float().clamp_min(-1e30))
-    elif is_causal:
-        row = torch.arange(start, stop, device=q.device)[:, None] + (s - n_queries)
-        scores.masked_fill_(torch.arange(s, device=q.device)[None, :] > row, -1e30)
-    top, argmax = scores.max(dim=-1)  # (B, H, t)
-    weights = torch.softmax(scores, dim=-1)
-    log_z = top - weights.amax(dim=-1).log()
-    entropy = log_z - (weights * scores).sum(-1)
-    return weights, entropy, argmax
-
-
 class HeadCapture:
     """Context manager that captures (and optionally ablates) heads during forward passes.
 
@@ -309,29 +266,6 @@ class HeadCapture:
             rows=rows,
             dtype=dtype,
         )
-
-    def pattern_rows(
-        self, layer: int, rows: tuple[int, int], dtype: torch.dtype = torch.float32
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(weights (B, H, t, S), entropy (B, H, t), argmax (B, H, t))`` of all heads for
-        query rows ``rows`` (see :func:`attention_rows`; rows that see no key mean nothing)."""
-        rec, q, k = self._queries_keys(layer)
-        return attention_rows(
-            q,
-            k,
-            mask=rec.mask,
-            is_causal=rec.is_causal,
-            scaling=rec.scaling,
-            rows=rows,
-            dtype=dtype,
-        )
-
-    def n_queries(self, layer: int) -> int:
-        """Number of query positions captured for ``layer``."""
-        rec = self._record(layer)
-        if rec.q is None:
-            raise InputError("patterns need record_queries_keys=True")
-        return int(rec.q.shape[2])
 
     def head_output(self, layer: int) -> torch.Tensor:
         """Each head's output ``(B, H, T, D)`` (after ablation, as the output projection saw it)."""

@@ -8,6 +8,8 @@ in a fresh process (peak RSS is the process's own):
   computes each layer in query blocks during the forward pass (nothing recomputed or kept).
 - ``eager``: HF eager attention with ``output_attentions=True``, the same statistics computed
   from the returned maps (what older tools do).
+- ``tlens`` (only when TransformerLens 4 is installed, an optional benchmark-only dependency):
+  ``TransformerBridge.run_with_cache`` keeping only the patterns, the same statistics from them.
 
 Documents are consecutive UD English EWT dev sentences joined (with their trees) up to the
 length. Models: all-MiniLM-L6-v2, and a GQA decoder sized like a 100M-parameter model (12
@@ -134,6 +136,7 @@ def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[
         lm = wrap(model, tokenizer, name=name)
         if mode == "eager":
             model.set_attn_implementation("eager")
+    bridge = transformer_lens_bridge(model, tokenizer) if mode == "tlens" else None
     items = [(i, align(tokenizer, words=list(d.words))) for i, d in enumerate(docs)]
     items.sort(key=lambda item: item[1].n_tokens)
     batches = list(_pack(items, 4096))
@@ -167,6 +170,16 @@ def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[
             if mode == "eager":
                 out = model(**inputs, output_attentions=True)
                 eager_blocks(out.attentions, blocks)
+            elif bridge is not None:
+                _, cache = bridge.run_with_cache(
+                    inputs["input_ids"],
+                    attention_mask=inputs["attention_mask"],
+                    names_filter=lambda hook: hook.endswith("attn.hook_pattern"),
+                )
+                maps = tuple(cache[f"blocks.{i}.attn.hook_pattern"] for i in range(lm.n_layers))
+                del cache
+                eager_blocks(maps, blocks)
+                del maps
             else:
                 with StreamingAttention(lm, blocks, dtype=dtype):
                     model(**inputs)
@@ -185,6 +198,19 @@ def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[
             k: scores[k][0].flatten().tolist() for k in ("positional", "delimiter", "broad")
         }
     return result
+
+
+def transformer_lens_bridge(model: Any, tokenizer: Any) -> Any:
+    """TransformerLens 4's ``TransformerBridge`` over the same weights (saved to a temporary
+    folder first: the bridge boots from a model folder)."""
+    import tempfile
+
+    from transformer_lens.model_bridge import TransformerBridge
+
+    folder = tempfile.mkdtemp(prefix="headlab-tlens-")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return TransformerBridge.boot_transformers(folder, tokenizer=tokenizer, device="cpu")
 
 
 def run_child(*args: str) -> dict[str, Any]:
@@ -228,8 +254,9 @@ def main() -> None:
         "| plain MiB | headlab MiB | eager MiB |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
+    results = {}
     for name, length in grid:
-        r = {
+        r = results[name, length] = {
             m: run_child(name, str(length), m, str(TOKENS_PER_RUN), "0")
             for m in ("plain", "headlab", "eager")
         }
@@ -263,6 +290,29 @@ def main() -> None:
         import transformer_lens  # noqa: F401
     except ImportError:
         print("TransformerLens: not installed (optional, benchmarks only): not measured")
+        return
+    print(
+        "\nTransformerLens 4 (TransformerBridge, run_with_cache keeping only the patterns), the "
+        "same statistics from its patterns:\n"
+        "| model | T | TransformerLens s | TL / headlab | TL MiB | largest score difference |\n"
+        "|---|---|---|---|---|---|"
+    )
+    for (name, length), r in results.items():
+        try:
+            tl = run_child(name, str(length), "tlens", str(TOKENS_PER_RUN), "0")
+        except RuntimeError as exc:
+            print(f"| {name} | {length} | failed: {str(exc).splitlines()[-1]} | | | |")
+            continue
+        diff = max(
+            abs(a - b)
+            for k in tl["scores"]
+            for a, b in zip(tl["scores"][k], r["headlab"]["scores"][k], strict=True)
+        )
+        print(
+            f"| {name} | {length} | {tl['seconds']:.2f} | "
+            f"{tl['seconds'] / r['headlab']['seconds']:.2f} | {tl['peak_mib']:.0f} | {diff:.4f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

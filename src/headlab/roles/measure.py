@@ -283,7 +283,7 @@ class TreebankBlocks:
                 self.layer_sums.add(name, value)
         if self.dense_words:  # each token row's sums over attended words, kept for the layer
             n_batch, n_heads, n_rows, _ = weights.shape
-            if self._token_cols is None:
+            if self._token_cols is None or self._token_cols.shape[2] != n_heads:
                 n_tok, n_words = self._owners.shape[2], self._owners.shape[1]
                 self._token_cols = weights.new_empty(n_batch, n_tok, n_heads, n_words)
             self._token_cols[:, start : start + n_rows] = mixed[..., 3:].transpose(1, 2)

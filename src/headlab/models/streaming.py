@@ -30,6 +30,28 @@ from headlab.models.loading import LoadedModel
 MASKED = -1e30
 
 
+class Workspace:
+    """Flat scratch tensors that blocks (and layers) reuse: a fresh tensor of several MB costs
+    page faults on every block, more than the arithmetic that fills it."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+
+    def get(
+        self, name: str, shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """A contiguous ``shape`` tensor (contents undefined), valid until the next ``get`` of
+        ``name``."""
+        n = 1
+        for d in shape:
+            n *= d
+        key = (name, dtype, like.device)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < n:
+            buf = self._buffers[key] = like.new_empty(n, dtype=dtype)
+        return buf[:n].view(shape)
+
+
 class BlockConsumer(Protocol):
     """What :class:`StreamingAttention` feeds, layer by layer and block by block."""
 
@@ -79,9 +101,12 @@ def attention_blocks(
     bias: torch.Tensor | None = None,
     block_elements: int = 1 << 20,
     dtype: torch.dtype | None = None,
+    workspace: Workspace | None = None,
+    lengths: list[int] | None = None,
 ) -> torch.Tensor:
     """Attention output ``(B, T, H, D)``, computed block by block; ``on_block(start, weights,
-    entropy, top, mixed)`` sees each block first (``top``: each row's largest weight).
+    entropy, top, mixed)`` sees each block first (``top``: each row's largest weight). The
+    weights live in a buffer the next block reuses: copy them to keep them.
 
     Args:
         query: ``(B, H, T, D)`` (after rotary embeddings).
@@ -93,6 +118,9 @@ def attention_blocks(
         columns: ``(B, S, X)`` per-key values; ``mixed`` is their weighted sum per row.
         bias: additive scores ``(B|1, H|1, T, S)`` (relative position biases).
         dtype: precision of ``q k^T`` (the softmax is float32; default: the query's dtype).
+        workspace: scratch buffers to reuse (across layers too); a fresh one by default.
+        lengths: each batch row's number of keys when ``mask`` is known to be right padding
+            (:func:`key_lengths` of it); found from ``mask`` when not given.
 
     Entropy is ``log Z - sum_j p_j s_j`` with ``log Z = s_max - log p_max``: no logarithm per
     weight. A row that sees no key gets uniform weights (only padding rows can; callers do not
@@ -116,7 +144,9 @@ def attention_blocks(
         values = torch.cat([value, extra.to(value.dtype)], dim=-1)  # (B, Hkv, S, D + X)
     out = query.new_empty(n_batch, n_queries, n_heads, d, dtype=value.dtype)
     rows = block_rows(n_batch, n_heads, n_keys, block_elements)
-    lengths = _key_lengths(mask, causal, n_queries, n_keys)
+    workspace = workspace or Workspace()
+    if lengths is None:
+        lengths = key_lengths(mask, causal, n_queries, n_keys)
     if lengths is not None:
         mask = None  # the lengths (and the causal triangle) say everything it says
     for start in range(0, n_queries, rows):
@@ -125,7 +155,14 @@ def attention_blocks(
         seen = min(n_keys, stop + offset) if causal else n_keys  # keys this block can see
         q_rows = query[:, :, start:stop].to(dtype) * scaling  # (B, H, t, D)
         q_rows = q_rows.reshape(n_batch, n_kv, group * t, d)  # heads of a KV group stacked
-        scores = torch.matmul(q_rows, k_t[..., :seen]).float()  # (B, Hkv, g t, s)
+        shape = (n_batch, n_kv, group * t, seen)
+        scores = workspace.get("scores", shape, query, torch.float32)  # (B, Hkv, g t, s)
+        if dtype == torch.float32:
+            torch.matmul(q_rows, k_t[..., :seen], out=scores)
+        else:
+            scores.copy_(
+                torch.matmul(q_rows, k_t[..., :seen], out=workspace.get("qk", shape, query, dtype))
+            )
         scores = scores.view(n_batch, n_heads, t, seen)  # (B, H, t, s)
         if bias is not None:
             scores.add_(_rows(bias, start, stop, n_queries)[..., :seen].float())
@@ -145,9 +182,10 @@ def attention_blocks(
             later = torch.arange(first, seen, device=query.device)[None, :] > row  # (t, <=t)
             scores[..., first:].masked_fill_(later, MASKED)
         s_max = scores.amax(dim=-1)  # (B, H, t)
-        weights = torch.softmax(scores, dim=-1)  # (B, H, t, s)
+        weights = workspace.get("weights", scores.shape, query, torch.float32)
+        torch.ops.aten._softmax.out(scores, -1, False, out=weights)  # (B, H, t, s)
         top = weights.amax(dim=-1)  # (B, H, t)
-        entropy = s_max - top.log() - torch.linalg.vecdot(weights, scores)
+        entropy = s_max - top.log() - scores.mul_(weights).sum(-1)  # scores are spent
         del scores
         mixed_w = weights.to(value.dtype).view(n_batch, n_kv, group * t, seen)
         product = torch.matmul(mixed_w, values[:, :, :seen])  # (B, Hkv, g t, D [+ X])
@@ -162,7 +200,7 @@ def attention_blocks(
     return out
 
 
-def _key_lengths(
+def key_lengths(
     mask: torch.Tensor | None, causal: bool, n_queries: int, n_keys: int
 ) -> list[int] | None:
     """Each batch row's number of keys when ``mask`` only hides keys from that number on (right
@@ -220,6 +258,19 @@ class StreamingAttention:
         self.block_elements = block_elements
         self.dtype = dtype
         self._removers: list[Any] = []
+        self._workspace = Workspace()
+        # every layer of a forward pass gets the same mask tensor: its lengths are found once
+        # (the tensor is held, so a later mask cannot be mistaken for it)
+        self._mask: tuple[Any, ...] | None = None
+
+    def _lengths(
+        self, mask: torch.Tensor | None, causal: bool, n_queries: int, n_keys: int
+    ) -> list[int] | None:
+        shape = (causal, n_queries, n_keys)
+        cached = self._mask
+        if cached is None or cached[0] is not mask or cached[1] != shape:
+            cached = self._mask = (mask, shape, key_lengths(mask, causal, n_queries, n_keys))
+        return cached[2]
 
     def _layer(self, layer: int) -> Any:
         consumer = self.consumer
@@ -249,11 +300,12 @@ class StreamingAttention:
             def on_block(start: int, *parts: Any) -> None:
                 consumer.block(layer, start, *parts)
 
+            mask = mask if isinstance(mask, torch.Tensor) else None
             out = attention_blocks(
                 query,
                 key,
                 value,
-                mask=mask if isinstance(mask, torch.Tensor) else None,
+                mask=mask,
                 causal=causal,
                 scaling=scaling,
                 on_block=on_block,
@@ -261,6 +313,8 @@ class StreamingAttention:
                 bias=kwargs.get("position_bias"),
                 block_elements=self.block_elements,
                 dtype=self.dtype,
+                workspace=self._workspace,
+                lengths=self._lengths(mask, causal, n_queries, n_keys),
             )
             consumer.layer_done(layer)
             return out
@@ -279,3 +333,4 @@ class StreamingAttention:
     def __exit__(self, *exc: object) -> None:
         while self._removers:
             self._removers.pop()()
+        self._mask = None

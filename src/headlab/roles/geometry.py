@@ -126,81 +126,109 @@ class Geometry:
         return sums.max(-1).indices[:, :, :n_words]  # the first maximum, as argmax
 
 
-def _exclude(rows: torch.Tensor, first: int, special: torch.Tensor, n_real: int) -> None:
-    """Word rows ``(H, w, c)`` of words ``first..first+w``: -1 on self, special and padding
-    words (in place)."""
-    n_cols = rows.shape[-1]
-    rows[:, :, first : first + rows.shape[1]].diagonal(dim1=-2, dim2=-1).fill_(-1.0)
-    rows[:, :, n_real:].fill_(-1.0)
-    special = special[special < n_cols]
-    if special.numel():
-        rows.index_fill_(-1, special, -1.0)
-
-
 class WordArgmaxStream:
     """:meth:`Geometry.word_argmax` of long inputs, from blocks of token rows in order, without
     a ``W x W`` matrix: each word's row is finished as soon as its last token's row arrives
-    (a word cut by a block boundary carries over to the next block).
+    (a word cut by a block boundary carries over to the next block). Every step works on the
+    whole batch at once, in place (a word's later rows add into its first row), on the columns
+    of the words the block's keys reach (a causal block sees only earlier words; the others
+    hold exact zeros, looked at only when no seen word beats zero).
 
     Shape: blocks ``(B, H, t, s)`` -> :meth:`result` ``(B, H, W)``.
     """
 
-    def __init__(self, geo: Geometry, n_heads: int) -> None:
+    def __init__(self, geo: Geometry, n_heads: int, buffer: torch.Tensor | None = None) -> None:
         self.geo = geo
         n_batch, n_words = geo.word_real.shape
-        self.argmax = torch.zeros(n_batch, n_heads, n_words, dtype=torch.long)
-        self.n_real = [int(n) for n in geo.word_real.sum(1).tolist()]
+        self.n_real = geo.word_real.sum(1)  # (B,)
+        # padding tokens count as word n_real: a column (or row) of exact zeros (a padded key
+        # gets no weight) that no argmax may keep
+        self.key_word = torch.minimum(geo.token_word, self.n_real[:, None])  # (B, T)
+        self.blocked = ~geo.word_real | geo.word_special  # (B, W)
         self.special = [geo.word_special[b].nonzero().flatten() for b in range(n_batch)]
-        self.carry: list[tuple[int, torch.Tensor] | None] = [None] * n_batch
-        self._cols: torch.Tensor | None = None  # reused: fresh large buffers cost page faults
+        # finished words go to columns 0..W-1, other block rows to the spare column W
+        self.argmax = torch.zeros(n_batch, n_heads, n_words + 1, dtype=torch.long)
+        self.carry: torch.Tensor | None = None  # (B, H, c) sums of a word cut by a block end
+        self.carry_word = torch.full((n_batch,), -1, dtype=torch.long)  # -1: nothing carried
+        #: scratch (reused, also by the next layer's stream: fresh large buffers cost page faults)
+        self.buffer = buffer
 
     def add(self, pattern: torch.Tensor, start: int) -> None:
         """Token rows ``start:start+t`` of every head, ``(B, H, t, s)``."""
-        geo = self.geo
-        n_batch, n_heads, n_rows, n_tok = pattern.shape
-        n_words = geo.word_real.shape[1]
+        n_batch, n_heads, n_rows, n_keys = pattern.shape
+        n_words = self.blocked.shape[1]
         stop = start + n_rows
-        if self._cols is None or self._cols.shape[2] < n_rows:
-            self._cols = pattern.new_empty(n_batch, n_heads, n_rows, n_words + 1)
-        cols = self._cols[:, :, :n_rows].zero_()
-        index = geo.token_word[:, None, None, :n_tok].expand(n_batch, n_heads, n_rows, n_tok)
-        cols.scatter_add_(3, index, pattern)  # (B, H, t, W+1): sums over attended words
-        owners = geo.token_word[:, start:stop]  # (B, t), non-decreasing
-        for b in range(n_batch):
-            first, last = int(owners[b, 0]), int(owners[b, -1])
-            if first >= self.n_real[b]:
-                continue  # padding rows only
-            # words with no token among the s keys have sums of exactly 0 (a causal block)
-            limit = min(self.n_real[b], int(geo.token_word[b, n_tok - 1]) + 1)
-            rows = cols.new_zeros(n_heads, last - first + 1, limit)
-            rows.index_add_(1, owners[b] - first, cols[b, ..., :limit])  # over attending tokens
-            carried = self.carry[b]
-            if carried is not None and carried[0] == first:
-                rows[:, 0, : carried[1].shape[-1]] += carried[1]
-            open_word = stop < geo.token_word.shape[1] and int(geo.token_word[b, stop]) == last
-            self.carry[b] = (last, rows[:, -1].clone()) if open_word else None
-            done = min(last + 1 - int(open_word), self.n_real[b]) - first  # finished words
-            if done > 0:
-                self.argmax[b, :, first : first + done] = self._argmax(rows[:, :done], b, first)
+        n_cols = int(self.key_word[:, n_keys - 1].max()) + 1  # words the keys reach
+        size = n_batch * n_rows * n_heads * (n_cols + 1)  # + a spare column for fills
+        if self.buffer is None or self.buffer.numel() < size:
+            self.buffer = pattern.new_empty(size)
+        cols = self.buffer[:size].view(n_batch, n_rows, n_heads, n_cols + 1).zero_()
+        index = self.key_word[:, None, None, :n_keys].expand(n_batch, n_heads, n_rows, n_keys)
+        cols.transpose(1, 2).scatter_add_(3, index, pattern)  # sums over attended words
+        # each word's rows add up in its first row of the block (B, t, H, c)
+        owners = self.key_word[:, start:stop].contiguous()  # (B, t) non-decreasing
+        last = owners[:, -1]
+        head = torch.searchsorted(owners, owners)  # (B, t) first row of each row's word
+        lead = head == torch.arange(n_rows)  # (B, t) rows that begin a word in this block
+        if not bool(lead.all()):
+            flat = cols.view(n_batch * n_rows, n_heads, n_cols + 1)
+            base = n_rows * torch.arange(n_batch)[:, None]
+            more = (~lead).flatten().nonzero().flatten()
+            flat.index_add_(0, (head + base).flatten()[more], flat[more])
+        rows = cols  # a word's row is now its first row's
+        if self.carry is not None:
+            width = self.carry.shape[-1]
+            cont = (self.carry_word == owners[:, 0]).to(rows.dtype)[:, None, None]  # (B, 1, 1)
+            rows[:, 0, :, :width] += self.carry * cont
+        # a word whose tokens go on after this block is carried over, not finished
+        if stop < self.key_word.shape[1]:
+            open_word = (self.key_word[:, stop] == last) & (last < self.n_real)  # (B,)
+        else:
+            open_word = torch.zeros(n_batch, dtype=torch.bool)
+        if bool(open_word.any()):
+            at = head[:, -1, None, None, None].expand(n_batch, 1, n_heads, n_cols + 1)
+            self.carry = rows.gather(1, at)[:, 0, :, :n_cols].clone()  # (B, H, c)
+            self.carry_word = torch.where(open_word, last, -1)
+        else:
+            self.carry, self.carry_word = None, torch.full_like(self.carry_word, -1)
+        # -1 on each row's own word and on special words (cells past the c columns go to the
+        # spare column c), then the first maximum over the c columns
+        word = owners
+        n_special = max(len(s) for s in self.special)
+        fill = torch.full((n_batch, n_rows, 1 + n_special), n_cols, dtype=torch.long)
+        fill[..., 0] = word.clamp_max(n_cols)
+        for b, special in enumerate(self.special):
+            fill[b, :, 1 : 1 + len(special)] = special.clamp_max(n_cols)
+        fill = fill[:, :, None].expand(n_batch, n_rows, n_heads, 1 + n_special)
+        rows.scatter_(3, fill, -1.0)
+        best, where = rows[..., :n_cols].max(-1)  # (B, t, H)
+        done = torch.minimum(last + 1 - open_word.long(), self.n_real)  # (B,) words finished
+        finished = lead & (word < done[:, None])  # (B, t) rows that finish a word
+        redo = (best <= 0) & finished[:, :, None]
+        if bool(redo.any()):
+            where = self._zero_rows(rows[..., :n_cols], redo, where, word)
+        target = torch.where(finished, word, n_words)  # (B, t)
+        target = target[:, None, :].expand(n_batch, n_heads, n_rows)
+        self.argmax.scatter_(2, target, where.transpose(1, 2))
 
-    def _argmax(self, rows: torch.Tensor, b: int, first: int) -> torch.Tensor:
-        """Argmax ``(H, w)`` of word rows ``first..first+w`` of batch row ``b`` (``rows`` holds
-        the first columns; the rest are 0), self and special words excluded, in place."""
-        n_heads, n_rows, limit = rows.shape
-        _exclude(rows, first, self.special[b], self.n_real[b])
-        best, where = rows.max(-1)
-        if limit < self.n_real[b] and bool((best <= 0).any()):
-            # nothing above 0 among the first columns: the argmax is the first candidate left
-            # at 0, as over the whole row
-            full = rows.new_zeros(n_heads, n_rows, self.n_real[b])
-            full[..., :limit] = rows
-            _exclude(full, first, self.special[b], self.n_real[b])
-            where = torch.where(best <= 0, full.max(-1).indices, where)
+    def _zero_rows(
+        self, rows: torch.Tensor, redo: torch.Tensor, where: torch.Tensor, word: torch.Tensor
+    ) -> torch.Tensor:
+        """Argmaxes of the ``redo`` rows (no seen word beats zero) over all ``W`` columns
+        (the unseen ones hold zeros), with every excluded word at -1."""
+        b, j, h = redo.nonzero(as_tuple=True)
+        full = rows.new_zeros(len(b), self.blocked.shape[1])  # (k, W)
+        n_cols = min(rows.shape[-1], full.shape[1])
+        full[:, :n_cols] = rows[b, j, h, :n_cols]
+        column = torch.arange(full.shape[1])
+        full.masked_fill_(self.blocked[b] | (column[None, :] == word[b, j][:, None]), -1.0)
+        where = where.clone()
+        where[b, j, h] = full.max(-1).indices
         return where
 
     def result(self) -> torch.Tensor:
         """``(B, H, W)``: each word's most attended word, as :meth:`Geometry.word_argmax`."""
-        return self.argmax
+        return self.argmax[..., :-1]
 
 
 def build_geometry(

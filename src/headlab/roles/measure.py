@@ -255,6 +255,7 @@ class TreebankBlocks:
             cols.append(geo.to_words)
         self._columns = torch.cat(cols, dim=-1)  # (B, T, 3 [+ W])
         self._words: WordArgmaxStream | None = None  # long inputs
+        self._word_buffer: torch.Tensor | None = None  # its scratch, kept from layer to layer
         self._token_cols: torch.Tensor | None = None  # short inputs: (B, T, H, W)
         self._owners = geo.to_words.transpose(1, 2).contiguous()  # (B, W, T)
 
@@ -289,7 +290,7 @@ class TreebankBlocks:
             self._token_cols[:, start : start + n_rows] = mixed[..., 3:].transpose(1, 2)
         else:
             if self._words is None:
-                self._words = WordArgmaxStream(geo, weights.shape[1])
+                self._words = WordArgmaxStream(geo, weights.shape[1], buffer=self._word_buffer)
             self._words.add(weights, start)
 
     def layer_done(self, layer: int) -> None:
@@ -303,7 +304,8 @@ class TreebankBlocks:
             words = words.permute(0, 2, 1, 3)  # (B, H, W, W) sums over both words' tokens
             argmax = self.geo.word_argmax_sums(words)  # (B, H, W)
         elif self._words is not None:
-            argmax, self._words = self._words.result(), None
+            argmax, self._word_buffer = self._words.result(), self._words.buffer
+            self._words = None
         else:
             return
         self.layer_sums.add(

@@ -56,6 +56,36 @@ def test_matches_torch_multihead_attention(bias: bool, masking: str) -> None:
     torch.testing.assert_close(fast, out_t, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("masking", ["none", "padding"])
+def test_gradients_through_weights_match_torch(masking: str) -> None:
+    """Training on per-head weights: a loss on the output and on every head's weights gives the
+    input and parameter gradients torch's module gives (float64)."""
+    theirs, ours = _torch_pair(24, 4, True, seed=5)
+    theirs.train(), ours.train()
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 7, 24, dtype=torch.float64, generator=g)
+    target = torch.randn(3, 4, 7, 7, dtype=torch.float64, generator=g)  # (B, H, T, S)
+    real = torch.ones(3, 7, dtype=torch.bool)
+    if masking == "padding":
+        real[1, 5:] = False
+    grads = []
+    for run in ("torch", "headlab"):
+        xi = x.clone().requires_grad_(True)
+        if run == "torch":
+            out, w = theirs(
+                xi, xi, xi, need_weights=True, average_attn_weights=False, key_padding_mask=~real
+            )
+            params = [theirs.in_proj_weight, theirs.in_proj_bias, theirs.out_proj.weight]
+        else:
+            res = ours.inspect(xi, key_padding_mask=real)
+            out, w = res.output, res.weights
+            params = [ours.in_proj.weight, ours.in_proj.bias, ours.out_proj.weight]
+        loss = out.square().sum() + (w * target).sum()
+        grads.append(torch.autograd.grad(loss, [xi, *params]))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-10, rtol=0)
+
+
 def test_cross_attention_matches_torch() -> None:
     theirs, ours = _torch_pair(16, 2, True, seed=3)
     q = torch.randn(2, 4, 16, dtype=torch.float64)

@@ -1,7 +1,10 @@
 """Role statistics at the speed of the model's own forward (issue #9).
 
-For each model and sequence length, three ways over the same documents and padded batches, each
-in a fresh process (peak RSS is the process's own):
+For each model and sequence length, these ways over the same documents and padded batches. Times:
+one process loads the model once and runs the ways in turn, for several rounds; each way's best
+round counts (this machine is shared and its speed drifts by tens of percent over minutes; the
+ratio of each round is printed too). Peak memory: one fresh process per way (the process's peak
+RSS).
 
 - ``plain``: the model's fastest forward (sdpa, nothing kept): the floor.
 - ``headlab``: every role statistic of every head, taken from headlab's own attention, which
@@ -15,8 +18,8 @@ Documents are consecutive UD English EWT dev sentences joined (with their trees)
 length. Models: all-MiniLM-L6-v2, and a GQA decoder sized like a 100M-parameter model (12
 layers, width 768, 12 heads, 4 KV heads; random weights built in-process).
 
-    python benchmarks/roles.py            # the full table (several minutes)
-    python benchmarks/roles.py --quick    # MiniLM at 128 tokens only
+    python benchmarks/roles.py            # the full table (about 20 minutes)
+    python benchmarks/roles.py --quick    # MiniLM at 128 tokens only, one round
 """
 
 from __future__ import annotations
@@ -118,86 +121,97 @@ def eager_blocks(
         blocks.layer_done(layer)
 
 
-def child(name: str, length: int, mode: str, n_tokens: int, bf16: bool) -> dict[str, Any]:
+def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) -> dict[str, Any]:
+    """Time ``modes`` over the same batches, alternating, ``rounds`` times (one model load)."""
+    import copy
+
     from headlab.datasets import read_frequencies, sample_path
     from headlab.models import wrap
+    from headlab.models.interface import ATTN_IMPLEMENTATION
     from headlab.models.runner import Batch, _pack, encode
     from headlab.models.streaming import StreamingAttention
     from headlab.models.words import align
     from headlab.roles.bootstrap import Sums
     from headlab.roles.measure import RoleOptions, TreebankBlocks
 
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    model, tokenizer = build_model(name, mode, dtype)
+    model, tokenizer = build_model(name, "plain", torch.float32)
     docs = documents(tokenizer, length, n_tokens)
-    if mode == "plain":
-        lm = None
-    else:
-        lm = wrap(model, tokenizer, name=name)
-        if mode == "eager":
-            model.set_attn_implementation("eager")
-    bridge = transformer_lens_bridge(model, tokenizer) if mode == "tlens" else None
+    lm = wrap(model, tokenizer, name=name)
+    lm16 = None
+    if any(m.endswith("-bf16") for m in modes):
+        lm16 = wrap(copy.deepcopy(model).to(torch.bfloat16), tokenizer, name=name)
+    bridge = transformer_lens_bridge(model, tokenizer) if "tlens" in modes else None
     items = [(i, align(tokenizer, words=list(d.words))) for i, d in enumerate(docs)]
     items.sort(key=lambda item: item[1].n_tokens)
-    batches = list(_pack(items, 4096))
-    options = RoleOptions(replicates=100, dtype=dtype)
     relations = sorted({r for d in docs for r in d.relations} - {"root"})
-    sums = Sums(len(docs), options.replicates, 0)
     freq = read_frequencies(sample_path("frequencies"))
-    prepared = []
-    for chunk in batches:
-        if lm is not None:
-            inputs = encode(lm, [a.text for _, a in chunk])
-        else:
-            enc = tokenizer([a.text for _, a in chunk], return_tensors="pt", padding=True)
-            inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-        prepared.append((chunk, inputs))
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for chunk, inputs in prepared:
-            if mode == "plain":
-                model(**inputs)
-                continue
-            assert lm is not None
-            batch = Batch(
-                indices=[i for i, _ in chunk],
-                alignments=[a for _, a in chunk],
-                inputs=inputs,
-                capture=None,
-                lengths=[int(n) for n in inputs["attention_mask"].sum(1).tolist()],
-            )
-            blocks = TreebankBlocks(lm, batch, docs, freq, relations, sums)
-            if mode == "eager":
-                out = model(**inputs, output_attentions=True)
-                eager_blocks(out.attentions, blocks)
-            elif bridge is not None:
-                _, cache = bridge.run_with_cache(
-                    inputs["input_ids"],
-                    attention_mask=inputs["attention_mask"],
-                    names_filter=lambda hook: hook.endswith("attn.hook_pattern"),
+    prepared = [(chunk, encode(lm, [a.text for _, a in chunk])) for chunk in _pack(items, 4096)]
+
+    def one_pass(mode: str) -> tuple[float, Sums]:
+        run = lm16 if mode.endswith("-bf16") else lm
+        assert run is not None
+        dtype = torch.bfloat16 if mode.endswith("-bf16") else torch.float32
+        kind = mode.removesuffix("-bf16")
+        run.model.set_attn_implementation(
+            {"plain": "sdpa", "eager": "eager"}.get(kind, ATTN_IMPLEMENTATION)
+        )
+        options = RoleOptions(replicates=100, dtype=dtype)
+        sums = Sums(len(docs), options.replicates, 0)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for chunk, inputs in prepared:
+                if kind == "plain":
+                    run.model(**inputs)
+                    continue
+                batch = Batch(
+                    indices=[i for i, _ in chunk],
+                    alignments=[a for _, a in chunk],
+                    inputs=inputs,
+                    capture=None,
+                    lengths=[int(n) for n in inputs["attention_mask"].sum(1).tolist()],
                 )
-                maps = tuple(cache[f"blocks.{i}.attn.hook_pattern"] for i in range(lm.n_layers))
-                del cache
-                eager_blocks(maps, blocks)
-                del maps
-            else:
-                with StreamingAttention(lm, blocks, dtype=dtype):
-                    model(**inputs)
-    seconds = time.perf_counter() - start
-    result: dict[str, Any] = {
+                blocks = TreebankBlocks(run, batch, docs, freq, relations, sums)
+                if kind == "eager":
+                    out = run.model(**inputs, output_attentions=True)
+                    eager_blocks(out.attentions, blocks)
+                elif kind == "tlens":
+                    assert bridge is not None
+                    _, cache = bridge.run_with_cache(
+                        inputs["input_ids"],
+                        attention_mask=inputs["attention_mask"],
+                        names_filter=lambda hook: hook.endswith("attn.hook_pattern"),
+                    )
+                    maps = tuple(
+                        cache[f"blocks.{i}.attn.hook_pattern"] for i in range(run.n_layers)
+                    )
+                    del cache
+                    eager_blocks(maps, blocks)
+                    del maps
+                else:
+                    with StreamingAttention(run, blocks, dtype=dtype):
+                        run.model(**inputs)
+        return time.perf_counter() - start, sums
+
+    seconds: dict[str, list[float]] = {m: [] for m in modes}
+    scores: dict[str, dict[str, list[float]]] = {}
+    for _ in range(rounds):
+        for mode in modes:
+            took, sums = one_pass(mode)
+            seconds[mode].append(took)
+            if "positional.hits" in sums:
+                from headlab.roles.probes import broad, delimiter, positional
+
+                s = {**positional.scores(sums), **delimiter.scores(sums), **broad.scores(sums)}
+                scores[mode] = {
+                    k: s[k][0].flatten().tolist() for k in ("positional", "delimiter", "broad")
+                }
+    return {
         "seconds": seconds,
+        "scores": scores,
         "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "documents": len(docs),
         "tokens": sum(a.n_tokens for _, a in items),
     }
-    if mode != "plain" and "positional.hits" in sums:
-        from headlab.roles.probes import broad, delimiter, positional
-
-        scores = {**positional.scores(sums), **delimiter.scores(sums), **broad.scores(sums)}
-        result["scores"] = {
-            k: scores[k][0].flatten().tolist() for k in ("positional", "delimiter", "broad")
-        }
-    return result
 
 
 def transformer_lens_bridge(model: Any, tokenizer: Any) -> Any:
@@ -213,9 +227,20 @@ def transformer_lens_bridge(model: Any, tokenizer: Any) -> Any:
     return TransformerBridge.boot_transformers(folder, tokenizer=tokenizer, device="cpu")
 
 
-def run_child(*args: str) -> dict[str, Any]:
+def run_child(
+    name: str, length: int, modes: list[str], n_tokens: int, rounds: int
+) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", *args],
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            str(length),
+            ",".join(modes),
+            str(n_tokens),
+            str(rounds),
+        ],
         capture_output=True,
         text=True,
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
@@ -225,14 +250,25 @@ def run_child(*args: str) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def ratios(t: dict[str, Any], a: str, b: str) -> str:
+    """``a / b`` for the best round of each, and the range of the per-round ratios."""
+    each = [x / y for x, y in zip(t["seconds"][a], t["seconds"][b], strict=True)]
+    return f"{min(t['seconds'][a]) / min(t['seconds'][b]):.2f} ({min(each):.2f}-{max(each):.2f})"
+
+
+def largest_difference(a: dict[str, list[float]], b: dict[str, list[float]]) -> float:
+    return max(abs(x - y) for k in a for x, y in zip(a[k], b[k], strict=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--child", nargs=5, metavar=("MODEL", "T", "MODE", "TOKENS", "BF16"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", nargs=5, metavar=("MODEL", "T", "MODES", "TOKENS", "ROUNDS"))
     args = parser.parse_args()
     if args.child:
-        name, length, mode, tokens, bf16 = args.child
-        print(json.dumps(child(name, int(length), mode, int(tokens), bf16 == "1")))
+        name, length, modes, tokens, rounds = args.child
+        print(json.dumps(child(name, int(length), modes.split(","), int(tokens), int(rounds))))
         return
     grid = (
         [("minilm", 128)]
@@ -245,72 +281,77 @@ def main() -> None:
             ("decoder-100M", 2048),
         ]
     )
+    rounds = 1 if args.quick else args.rounds
+    try:
+        import transformer_lens  # noqa: F401
+
+        modes = ["plain", "headlab", "eager", "tlens"]
+    except ImportError:
+        modes = ["plain", "headlab", "eager"]
     print(
         f"machine: {platform.machine()} | torch {torch.__version__} | threads "
-        f"{torch.get_num_threads()} | {TOKENS_PER_RUN} tokens per run | 100 bootstrap replicates"
+        f"{torch.get_num_threads()} | {TOKENS_PER_RUN} tokens per run | 100 bootstrap replicates | "
+        f"best of {rounds} alternating rounds"
     )
     print(
-        "| model | T | plain s | headlab s | eager+stats s | headlab/plain | eager/headlab "
-        "| plain MiB | headlab MiB | eager MiB |"
+        "| model | T | plain s | headlab s | eager+stats s | headlab/plain (each round) "
+        "| eager/headlab (each round) | plain MiB | headlab MiB | eager MiB |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     results = {}
     for name, length in grid:
-        r = results[name, length] = {
-            m: run_child(name, str(length), m, str(TOKENS_PER_RUN), "0")
-            for m in ("plain", "headlab", "eager")
-        }
+        t = run_child(name, length, modes, TOKENS_PER_RUN, rounds)
+        mem = {m: run_child(name, length, [m], TOKENS_PER_RUN, 1)["peak_mib"] for m in modes}
+        results[name, length] = t, mem
+        sec = {m: min(v) for m, v in t["seconds"].items()}
+
         print(
-            f"| {name} | {length} | {r['plain']['seconds']:.2f} | {r['headlab']['seconds']:.2f} | "
-            f"{r['eager']['seconds']:.2f} | {r['headlab']['seconds'] / r['plain']['seconds']:.2f} | "
-            f"{r['eager']['seconds'] / r['headlab']['seconds']:.2f} | {r['plain']['peak_mib']:.0f} | "
-            f"{r['headlab']['peak_mib']:.0f} | {r['eager']['peak_mib']:.0f} |",
+            f"| {name} | {length} | {sec['plain']:.2f} | {sec['headlab']:.2f} | {sec['eager']:.2f} "
+            f"| {ratios(t, 'headlab', 'plain')} | {ratios(t, 'eager', 'headlab')} | {mem['plain']:.0f} "
+            f"| {mem['headlab']:.0f} | {mem['eager']:.0f} |",
             flush=True,
         )
+        diff = largest_difference(t["scores"]["headlab"], t["scores"]["eager"])
+        if diff > 1e-3:
+            print(f"  (headlab and eager scores differ by {diff:.4f})")
     # memory against corpus size, and bfloat16 against float32 (MiniLM, 128 tokens)
-    small = run_child("minilm", "128", "headlab", str(TOKENS_PER_RUN // 4), "0")
-    large = run_child("minilm", "128", "headlab", str(TOKENS_PER_RUN * 4), "0")
+    small = run_child("minilm", 128, ["headlab"], TOKENS_PER_RUN, 1)
+    large = run_child("minilm", 128, ["headlab"], TOKENS_PER_RUN * 4, 1)
     print(
         f"\nmemory vs corpus (MiniLM, T=128): {small['documents']} documents "
         f"{small['peak_mib']:.0f} MiB, {large['documents']} documents {large['peak_mib']:.0f} MiB"
     )
-    fp32 = run_child("minilm", "128", "headlab", str(TOKENS_PER_RUN), "0")
-    bf16 = run_child("minilm", "128", "headlab", str(TOKENS_PER_RUN), "1")
-    plain16 = run_child("minilm", "128", "plain", str(TOKENS_PER_RUN), "1")
+    b = run_child(
+        "minilm", 128, ["plain", "headlab", "plain-bf16", "headlab-bf16"], TOKENS_PER_RUN, rounds
+    )
+    sec = {m: min(v) for m, v in b["seconds"].items()}
     diffs = {
-        k: max(abs(a - b) for a, b in zip(fp32["scores"][k], bf16["scores"][k], strict=True))
-        for k in fp32["scores"]
+        k: max(
+            abs(x - y)
+            for x, y in zip(b["scores"]["headlab"][k], b["scores"]["headlab-bf16"][k], strict=True)
+        )
+        for k in b["scores"]["headlab"]
     }
     print(
-        f"bfloat16 (model and q k^T; softmax and statistics in float32): headlab {bf16['seconds']:.2f} s "
-        f"vs {fp32['seconds']:.2f} s in float32; plain bf16 forward {plain16['seconds']:.2f} s; "
-        "largest score change: " + ", ".join(f"{k} {v:.4f}" for k, v in diffs.items())
+        "bfloat16 (model and q k^T; softmax and statistics in float32), MiniLM at 128 tokens: "
+        f"headlab {sec['headlab-bf16']:.2f} s vs {sec['headlab']:.2f} s in float32; plain forward "
+        f"{sec['plain-bf16']:.2f} s vs {sec['plain']:.2f} s; largest score change: "
+        + ", ".join(f"{k} {v:.4f}" for k, v in diffs.items())
     )
-    try:
-        import transformer_lens  # noqa: F401
-    except ImportError:
+    if "tlens" not in modes:
         print("TransformerLens: not installed (optional, benchmarks only): not measured")
         return
     print(
         "\nTransformerLens 4 (TransformerBridge, run_with_cache keeping only the patterns), the "
-        "same statistics from its patterns:\n"
-        "| model | T | TransformerLens s | TL / headlab | TL MiB | largest score difference |\n"
-        "|---|---|---|---|---|---|"
+        "same statistics from its patterns, timed in the same rounds:\n"
+        "| model | T | TransformerLens s | TL / headlab (each round) | TL MiB | largest score "
+        "difference |\n|---|---|---|---|---|---|"
     )
-    for (name, length), r in results.items():
-        try:
-            tl = run_child(name, str(length), "tlens", str(TOKENS_PER_RUN), "0")
-        except RuntimeError as exc:
-            print(f"| {name} | {length} | failed: {str(exc).splitlines()[-1]} | | | |")
-            continue
-        diff = max(
-            abs(a - b)
-            for k in tl["scores"]
-            for a, b in zip(tl["scores"][k], r["headlab"]["scores"][k], strict=True)
-        )
+    for (name, length), (t, mem) in results.items():
+        diff = largest_difference(t["scores"]["tlens"], t["scores"]["headlab"])
         print(
-            f"| {name} | {length} | {tl['seconds']:.2f} | "
-            f"{tl['seconds'] / r['headlab']['seconds']:.2f} | {tl['peak_mib']:.0f} | {diff:.4f} |",
+            f"| {name} | {length} | {min(t['seconds']['tlens']):.2f} | "
+            f"{ratios(t, 'tlens', 'headlab')} | {mem['tlens']:.0f} | {diff:.4f} |",
             flush=True,
         )
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from headlab.models import align, default_model_path
+from headlab.roles import geometry
 from headlab.roles.bootstrap import Sums
 from headlab.roles.geometry import WordArgmaxStream, build_geometry, is_punctuation
 from headlab.roles.probes import (
@@ -66,6 +67,42 @@ def batch(tokenizer):
             pattern[b, 0, i, i - 1] = 1
     geo = build_geometry(alignments, t, tokenizer, causal=False)
     return alignments, pattern, geo
+
+
+RARE = "antidisestablishmentarianism photosynthesis Kilimanjaro thermodynamics Czechoslovakia"
+RARE += " hydroelectricity bioluminescence Mississippi ornithologists paleontologists"
+
+
+@pytest.fixture(scope="module")
+def long_batch(tokenizer):
+    """Two longer sentences where every other word is split into several tokens."""
+    rare = RARE.split()
+    common = [
+        "the",
+        "river",
+        "and",
+        "its",
+        "old",
+        "bridge",
+        "near",
+        "a",
+        "quiet",
+        "town",
+        "with",
+        "many",
+    ]
+    sentences = [
+        [w for pair in zip(common, rare, strict=False) for w in pair] * 2,
+        [w for pair in zip(rare[::-1], common, strict=False) for w in pair] + ["."],
+    ]
+    alignments = [align(tokenizer, words=w) for w in sentences]
+    t = max(a.n_tokens for a in alignments)
+    gen = torch.Generator().manual_seed(4)
+    pattern = torch.zeros(len(sentences), 3, t, t)
+    for b, a in enumerate(alignments):
+        n = a.n_tokens
+        pattern[b, :, :n, :n] = torch.softmax(torch.randn(3, n, n, generator=gen) * 3, -1)
+    return alignments, pattern, build_geometry(alignments, t, tokenizer, causal=False)
 
 
 def _word_pattern(p: np.ndarray, a) -> np.ndarray:
@@ -176,12 +213,36 @@ def test_word_argmax_syntactic_and_rare_match_loops(batch) -> None:
             assert int(got) == rare_hits
 
 
+def test_first_argmax_is_the_first_maximum() -> None:
+    """The chunked argmax gives torch's max: the same values and, among ties, the first index."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 4, (5, 7, 3 * geometry.ARGMAX_CHUNK), generator=g).float() - 1.0
+    x[0, 0] = -1.0  # a row of one value: index 0
+    best, where = geometry.first_argmax(x)
+    expected = x.max(-1)
+    assert torch.equal(best, expected.values)
+    assert torch.equal(where, expected.indices)
+    assert where[0, 0] == 0
+
+
+@pytest.mark.parametrize("data", ["batch", "long_batch"])
+@pytest.mark.parametrize("chunked", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("rows", [1, 2, 5, 64])
-def test_word_argmax_from_blocks_of_rows_matches_loops(batch, causal: bool, rows: int) -> None:
+@pytest.mark.parametrize("rows", [1, 2, 5, 7, 64])
+def test_word_argmax_from_blocks_of_rows_matches_loops(
+    request: pytest.FixtureRequest,
+    data: str,
+    causal: bool,
+    rows: int,
+    chunked: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Long inputs get word argmaxes block by block (words cut by a block boundary, causal
-    blocks that see only earlier keys): the same words as loops over the whole pattern."""
-    alignments, pattern, geo = batch
+    blocks that see only earlier keys): the same words as loops over the whole pattern, also
+    when long rows take the chunked argmax."""
+    if chunked:
+        monkeypatch.setattr(geometry, "CHUNKED_FROM", 1)
+    alignments, pattern, geo = request.getfixturevalue(data)
     if causal:  # renormalised lower triangle: what a causal head's blocks look like
         n_tok = pattern.shape[-1]
         pattern = pattern * torch.ones(n_tok, n_tok).tril()

@@ -69,7 +69,8 @@ class BlockConsumer(Protocol):
     ) -> None:
         """Query rows ``start:start+t``: weights ``(B, H, t, s)`` (keys ``0:s``; a causal block
         sees no later key), each row's entropy and largest weight ``(B, H, t)``, mixed
-        ``(B, H, t, X)``."""
+        ``(B, H, t, X)``. The weights live in a buffer that the next block overwrites: copy
+        them to keep them."""
 
     def layer_done(self, layer: int) -> None:
         """Every block of ``layer`` has been seen."""

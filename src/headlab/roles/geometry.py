@@ -126,6 +126,24 @@ class Geometry:
         return sums.max(-1).indices[:, :, :n_words]  # the first maximum, as argmax
 
 
+#: columns per chunk in :func:`first_argmax`, and the row length from which it pays
+ARGMAX_CHUNK = 64
+CHUNKED_FROM = 512
+
+
+def first_argmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x.max(-1)`` (values and the first maximum's index) for a last dimension that is a
+    multiple of :data:`ARGMAX_CHUNK`, several times faster on CPU for long rows: chunk maxima
+    come from the vectorized ``amax``, and the indexed maximum runs only over the first chunk
+    that holds the row's maximum."""
+    n_chunks = x.shape[-1] // ARGMAX_CHUNK
+    chunks = x.unflatten(-1, (n_chunks, ARGMAX_CHUNK))  # (..., n, K)
+    best, which = chunks.amax(-1).max(-1)  # (...,) the first chunk holding the maximum
+    at = which[..., None, None].expand(*which.shape, 1, ARGMAX_CHUNK)
+    inner = chunks.gather(-2, at).squeeze(-2)  # (..., K)
+    return best, which * ARGMAX_CHUNK + inner.max(-1).indices
+
+
 class WordArgmaxStream:
     """:meth:`Geometry.word_argmax` of long inputs, from blocks of token rows in order, without
     a ``W x W`` matrix: each word's row is finished as soon as its last token's row arrives
@@ -159,10 +177,13 @@ class WordArgmaxStream:
         n_words = self.blocked.shape[1]
         stop = start + n_rows
         n_cols = int(self.key_word[:, n_keys - 1].max()) + 1  # words the keys reach
-        size = n_batch * n_rows * n_heads * (n_cols + 1)  # + a spare column for fills
+        width = n_cols + 1  # + a spare column for fills
+        if width >= CHUNKED_FROM:  # room for first_argmax's chunks (zeros)
+            width = -(-width // ARGMAX_CHUNK) * ARGMAX_CHUNK
+        size = n_batch * n_rows * n_heads * width
         if self.buffer is None or self.buffer.numel() < size:
             self.buffer = pattern.new_empty(size)
-        cols = self.buffer[:size].view(n_batch, n_rows, n_heads, n_cols + 1).zero_()
+        cols = self.buffer[:size].view(n_batch, n_rows, n_heads, width).zero_()
         index = self.key_word[:, None, None, :n_keys].expand(n_batch, n_heads, n_rows, n_keys)
         cols.transpose(1, 2).scatter_add_(3, index, pattern)  # sums over attended words
         # each word's rows add up in its first row of the block (B, t, H, c)
@@ -171,22 +192,22 @@ class WordArgmaxStream:
         head = torch.searchsorted(owners, owners)  # (B, t) first row of each row's word
         lead = head == torch.arange(n_rows)  # (B, t) rows that begin a word in this block
         if not bool(lead.all()):
-            flat = cols.view(n_batch * n_rows, n_heads, n_cols + 1)
+            flat = cols.view(n_batch * n_rows, n_heads, width)
             base = n_rows * torch.arange(n_batch)[:, None]
             more = (~lead).flatten().nonzero().flatten()
             flat.index_add_(0, (head + base).flatten()[more], flat[more])
         rows = cols  # a word's row is now its first row's
         if self.carry is not None:
-            width = self.carry.shape[-1]
+            carried = self.carry.shape[-1]
             cont = (self.carry_word == owners[:, 0]).to(rows.dtype)[:, None, None]  # (B, 1, 1)
-            rows[:, 0, :, :width] += self.carry * cont
+            rows[:, 0, :, :carried] += self.carry * cont
         # a word whose tokens go on after this block is carried over, not finished
         if stop < self.key_word.shape[1]:
             open_word = (self.key_word[:, stop] == last) & (last < self.n_real)  # (B,)
         else:
             open_word = torch.zeros(n_batch, dtype=torch.bool)
         if bool(open_word.any()):
-            at = head[:, -1, None, None, None].expand(n_batch, 1, n_heads, n_cols + 1)
+            at = head[:, -1, None, None, None].expand(n_batch, 1, n_heads, width)
             self.carry = rows.gather(1, at)[:, 0, :, :n_cols].clone()  # (B, H, c)
             self.carry_word = torch.where(open_word, last, -1)
         else:
@@ -201,7 +222,9 @@ class WordArgmaxStream:
             fill[b, :, 1 : 1 + len(special)] = special.clamp_max(n_cols)
         fill = fill[:, :, None].expand(n_batch, n_rows, n_heads, 1 + n_special)
         rows.scatter_(3, fill, -1.0)
-        best, where = rows[..., :n_cols].max(-1)  # (B, t, H)
+        # (the columns past c hold -1 or 0: they can only win a row whose best does not beat 0,
+        # and those rows are done again below)
+        best, where = first_argmax(rows) if width >= CHUNKED_FROM else rows[..., :n_cols].max(-1)
         done = torch.minimum(last + 1 - open_word.long(), self.n_real)  # (B,) words finished
         finished = lead & (word < done[:, None])  # (B, t) rows that finish a word
         redo = (best <= 0) & finished[:, :, None]

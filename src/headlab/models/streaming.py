@@ -136,9 +136,10 @@ def attention_blocks(
     dtype = dtype or query.dtype
     offset = n_keys - n_queries  # causal alignment (keys already cached)
     k_t = key.to(dtype).transpose(-2, -1)  # (B, Hkv, D, S)
-    # float32 values: one product gives the output and the consumer's sums (lower precisions
-    # keep the sums in float32 with a product of their own)
-    mix_in_product = columns is not None and value.dtype == torch.float32
+    # a few float32 columns ride along in the values' product; many columns (copied once per
+    # key/value head there) and lower precisions (the sums stay float32) get a product of their
+    # own, over all heads' rows at once
+    mix_in_product = columns is not None and value.dtype == torch.float32 and columns.shape[-1] <= d
     values = value
     if columns is not None and mix_in_product:
         extra = columns[:, None].expand(n_batch, n_kv, n_keys, columns.shape[-1])
@@ -195,7 +196,8 @@ def attention_blocks(
         if mix_in_product:
             mixed = product[..., d:]
         elif columns is not None:
-            mixed = weights @ columns[:, None, :seen].float()  # (B, H, t, X)
+            flat = weights.view(n_batch, n_heads * t, seen)
+            mixed = torch.bmm(flat, columns[:, :seen].float()).view(n_batch, n_heads, t, -1)
         on_block(start, weights, entropy, top, mixed)
         out[:, start:stop] = product[..., :d].transpose(1, 2)
     return out

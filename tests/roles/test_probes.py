@@ -213,6 +213,21 @@ def test_word_argmax_syntactic_and_rare_match_loops(batch) -> None:
             assert int(got) == rare_hits
 
 
+@pytest.mark.parametrize("data", ["batch", "long_batch"])
+def test_word_argmax_from_word_sums_matches_loops(
+    request: pytest.FixtureRequest, data: str
+) -> None:
+    """Short inputs take the word argmax straight from unnormalised word sums (special words,
+    padding words and the word itself excluded): the same words as loops."""
+    alignments, pattern, geo = request.getfixturevalue(data)
+    got = geo.word_argmax_sums(geo.word_sums(pattern))
+    for b, a in enumerate(alignments):
+        for h in range(pattern.shape[1]):
+            wp = _word_pattern(pattern[b, h].double().numpy(), a)
+            for w in range(len(a.words)):
+                assert int(got[b, h, w]) == _argmax_excluding(wp[w], a, w), (b, h, w)
+
+
 def test_first_argmax_is_the_first_maximum() -> None:
     """The chunked argmax gives torch's max: the same values and, among ties, the first index."""
     g = torch.Generator().manual_seed(3)

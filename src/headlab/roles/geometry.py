@@ -115,14 +115,11 @@ class Geometry:
         :meth:`word_sums` returns them; extra words count as padding), which it overwrites:
         dividing a row by its word's token count does not move its argmax, and the excluded
         cells (self, special and padding words) are filled in place."""
-        n_words = self.word_real.shape[1]
+        n_batch, n_words = self.word_real.shape
         sums.diagonal(dim1=-2, dim2=-1).fill_(-1.0)
-        for b in range(sums.shape[0]):
-            n_real = int(self.word_real[b].sum())
-            sums[b, :, :, n_real:].fill_(-1.0)  # padding words and the dummy column
-            special = self.word_special[b].nonzero().flatten()
-            if special.numel():
-                sums[b].index_fill_(-1, special, -1.0)
+        blocked = ~self.word_real | self.word_special  # (B, W): padding and special words
+        extra = torch.ones(n_batch, sums.shape[-1] - n_words, dtype=torch.bool)  # dummy columns
+        sums.masked_fill_(torch.cat([blocked, extra], 1)[:, None, None, :], -1.0)
         return sums.max(-1).indices[:, :, :n_words]  # the first maximum, as argmax
 
 

@@ -127,6 +127,15 @@ def _argmax_excluding(row: np.ndarray, a, self_index: int) -> int:
     return where
 
 
+def _assert_word_argmax_matches_loops(got: torch.Tensor, alignments, pattern) -> None:
+    """``got`` ``(B, H, W)``: each word's most attended word, as loops over the whole pattern."""
+    for b, a in enumerate(alignments):
+        for h in range(pattern.shape[1]):
+            wp = _word_pattern(pattern[b, h].double().numpy(), a)
+            for w in range(len(a.words)):
+                assert int(got[b, h, w]) == _argmax_excluding(wp[w], a, w), (b, h, w)
+
+
 def test_positional_delimiter_broad_match_loops(batch, tokenizer) -> None:
     alignments, pattern, geo = batch
     pos = positional.collect(pattern, geo)
@@ -221,11 +230,7 @@ def test_word_argmax_from_word_sums_matches_loops(
     padding words and the word itself excluded): the same words as loops."""
     alignments, pattern, geo = request.getfixturevalue(data)
     got = geo.word_argmax_sums(geo.word_sums(pattern))
-    for b, a in enumerate(alignments):
-        for h in range(pattern.shape[1]):
-            wp = _word_pattern(pattern[b, h].double().numpy(), a)
-            for w in range(len(a.words)):
-                assert int(got[b, h, w]) == _argmax_excluding(wp[w], a, w), (b, h, w)
+    _assert_word_argmax_matches_loops(got, alignments, pattern)
 
 
 def test_first_argmax_is_the_first_maximum() -> None:
@@ -270,11 +275,7 @@ def test_word_argmax_from_blocks_of_rows_matches_loops(
         seen = stop if causal else n_tok  # a causal block is handed only the keys it sees
         stream.add(pattern[:, :, start:stop, :seen], start)
     got = stream.result()
-    for b, a in enumerate(alignments):
-        for h in range(pattern.shape[1]):
-            wp = _word_pattern(pattern[b, h].double().numpy(), a)
-            for w in range(len(a.words)):
-                assert int(got[b, h, w]) == _argmax_excluding(wp[w], a, w), (b, h, w)
+    _assert_word_argmax_matches_loops(got, alignments, pattern)
 
 
 def test_fixed_offset_baseline_by_hand() -> None:

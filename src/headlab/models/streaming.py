@@ -17,6 +17,7 @@ keys, ``D`` head width, ``t`` rows in a block, ``s`` keys a block sees, ``X`` co
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 import torch
@@ -42,9 +43,7 @@ class Workspace:
     ) -> torch.Tensor:
         """A contiguous ``shape`` tensor (contents undefined), valid until the next ``get`` of
         ``name``."""
-        n = 1
-        for d in shape:
-            n *= d
+        n = math.prod(shape)
         key = (name, dtype, like.device)
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < n:

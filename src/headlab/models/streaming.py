@@ -134,15 +134,18 @@ def attention_blocks(
     group = n_heads // n_kv
     dtype = dtype or query.dtype
     offset = n_keys - n_queries  # causal alignment (keys already cached)
-    k_t = key.to(dtype).transpose(-2, -1)  # (B, Hkv, D, S)
+    # heads laid out one after another (a model's head view of (B, S, Hkv, D) is not): else
+    # every block's product would copy all of the keys and values again
+    k_t = key.to(dtype).contiguous().transpose(-2, -1)  # (B, Hkv, D, S)
     # a few float32 columns ride along in the values' product; many columns (copied once per
     # key/value head there) and lower precisions (the sums stay float32) get a product of their
     # own, over all heads' rows at once
     mix_in_product = columns is not None and value.dtype == torch.float32 and columns.shape[-1] <= d
-    values = value
     if columns is not None and mix_in_product:
         extra = columns[:, None].expand(n_batch, n_kv, n_keys, columns.shape[-1])
         values = torch.cat([value, extra.to(value.dtype)], dim=-1)  # (B, Hkv, S, D + X)
+    else:
+        values = value.contiguous()  # (B, Hkv, S, D)
     out = query.new_empty(n_batch, n_queries, n_heads, d, dtype=value.dtype)
     rows = block_rows(n_batch, n_heads, n_keys, block_elements)
     workspace = workspace or Workspace()

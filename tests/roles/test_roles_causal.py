@@ -48,3 +48,27 @@ def test_query_blocks_give_the_same_statistics(tmp_path: Path, family: str) -> N
     )
     assert whole.coreference is not None and blocked.coreference is not None
     assert whole.coreference.accuracy == pytest.approx(blocked.coreference.accuracy)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_both_word_paths_give_the_same_statistics(
+    tmp_path: Path, family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short batches take word sums from the attention's product, long ones the block-wise
+    word argmax: forcing either path on the same sentences changes no score."""
+    from headlab.roles import measure
+
+    lm = load(build(family, tmp_path / family))
+    tb = read_conllu(sample_path("treebank"), limit=16)
+    opts = RoleOptions(replicates=3, induction_sequences=4, induction_length=8)
+    reports = []
+    for limit in (0, 1 << 30):
+        monkeypatch.setattr(measure, "DENSE_WORDS", limit)
+        reports.append(measure_roles(lm, tb, options=opts))
+    stream, dense = reports
+    assert [r.accuracy for r in stream.relations] == [r.accuracy for r in dense.relations]
+    assert [r.count for r in stream.relations] == [r.count for r in dense.relations]
+    for a, b in zip(stream.heads, dense.heads, strict=True):
+        assert a.role == b.role
+        for key, value in a.scores.items():
+            assert value == pytest.approx(b.scores[key], abs=1e-6), key

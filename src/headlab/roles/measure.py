@@ -26,7 +26,7 @@ from headlab.models.streaming import BlockConsumer
 from headlab.models.words import Alignment
 from headlab.roles.bootstrap import Sums
 from headlab.roles.classify import LETTERS, ROLES, RoleEvidence, Thresholds, role_name
-from headlab.roles.geometry import DENSE_LIMIT, WordArgmaxStream, build_geometry
+from headlab.roles.geometry import WordArgmaxStream, build_geometry
 from headlab.roles.probes import (
     broad,
     coreference,
@@ -38,6 +38,11 @@ from headlab.roles.probes import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: up to this many (words x tokens), the treebank pass takes word sums from the attention's own
+#: product with one column per word; above it, :class:`WordArgmaxStream` (measured faster from
+#: about 30 tokens on: the product's columns grow with the words, the stream's work does not)
+DENSE_WORDS = 1 << 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,7 +254,7 @@ class TreebankBlocks:
         self.layer_sums = _LayerSums(sums, lm.n_layers, idx)
         # the delimiter masses, and word sums of short inputs, come out of the attention's own
         # product with the values (see headlab.models.streaming)
-        self.dense_words = n_words * n_positions <= DENSE_LIMIT
+        self.dense_words = n_words * n_positions <= DENSE_WORDS
         cols = [delimiter.columns(geo)]
         if self.dense_words:
             cols.append(geo.to_words)

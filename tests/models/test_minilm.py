@@ -74,6 +74,18 @@ def test_heads_command_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert 0.0 <= h["special"] <= 1.0 and sum(weights) + h["special"] <= 1.0 + 1e-3
 
 
+def test_heads_command_picks_a_word_of_the_users_sentence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --word, a sentence of one's own gets its longest word, not the lesson's word."""
+    assert main(["heads", "The cat that the dog chased ran away .", "--json", "--layer", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["word"] == "chased"
+    assert len(out["heads"]) == 12
+    assert main(["heads", "...", "--json"]) == 1
+    assert "no word to attend from" in capsys.readouterr().err
+
+
 def test_heads_command_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["heads", "Hello there", "--word", "fish"]) == 1
     assert "word 'fish' is not in the sentence" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from typing import Any
 from headlab.cli._output import console, emit_json
 
 LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
+LESSON_WORD = "prepared"
 
 
 def add_parser(sub: Any) -> None:
@@ -24,7 +25,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "text", nargs="?", default=LESSON_SENTENCE, help="the sentence (default: the lesson's)"
     )
-    p.add_argument("--word", default="prepared", help="the attending word (default: prepared)")
+    p.add_argument(
+        "--word",
+        help=(
+            f"the attending word (default: {LESSON_WORD!r} in the lesson's sentence, else the "
+            "sentence's longest word, the first of equals)"
+        ),
+    )
     p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
     p.add_argument(
         "--layer", type=int, action="append", help="only this layer (0-based; repeatable)"
@@ -57,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= head < lm.n_heads:
             raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{lm.n_heads - 1}")
     wa = word_attention(lm, args.text, layers=layers)
-    wa.alignment.word_index(args.word)  # a clear error if the word is missing
+    word = args.word or _default_word(args.text, wa.alignment)
+    wa.alignment.word_index(word)  # a clear error if the word is missing
     rows = []
     for layer in layers:
         for head in heads:
@@ -67,17 +75,17 @@ def run(args: argparse.Namespace) -> int:
                     "head": head,
                     "top": [
                         {"word": w, "weight": round(x, 4)}
-                        for w, x in wa.top(layer, head, args.word, args.top)
+                        for w, x in wa.top(layer, head, word, args.top)
                     ],
-                    "special": round(wa.special_mass(layer, head, args.word), 4),
+                    "special": round(wa.special_mass(layer, head, word), 4),
                 }
             )
     if args.json:
-        emit_json({"model": lm.name, "text": args.text, "word": args.word, "heads": rows})
+        emit_json({"model": lm.name, "text": args.text, "word": word, "heads": rows})
         return 0
     from rich.table import Table
 
-    table = Table(title=f"{lm.name}: where {args.word!r} attends", caption=args.text)
+    table = Table(title=f"{lm.name}: where {word!r} attends", caption=args.text)
     for col in ("layer", "head", f"top {args.top} words (weight)", "to [CLS]/[SEP]"):
         table.add_column(col)
     for r in rows:
@@ -85,3 +93,21 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(str(r["layer"]), str(r["head"]), words, f"{r['special']:.2f}")
     console().print(table)
     return 0
+
+
+def _default_word(text: str, alignment: Any) -> str:
+    """The lesson's word for the lesson's sentence; else the longest word that is not
+    punctuation (content words run longer than "the" or "of"), the first of equals."""
+    from headlab.errors import InputError
+    from headlab.roles.geometry import is_punctuation
+
+    if text == LESSON_SENTENCE:
+        return LESSON_WORD
+    words = [
+        w
+        for w, special in zip(alignment.words, alignment.is_special, strict=True)
+        if not special and not is_punctuation(w)
+    ]
+    if not words:
+        raise InputError(f"the sentence has no word to attend from: {text!r}")
+    return max(words, key=len)  # max keeps the first of equals

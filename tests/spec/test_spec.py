@@ -177,3 +177,19 @@ def test_cli_without_a_model_describes_the_bundled_default(
     assert spec["n_heads"] == shipped["num_attention_heads"]
     assert spec["d_model"] == shipped["hidden_size"]
     assert spec["head_dim"] * spec["n_heads"] == shipped["hidden_size"]
+    assert spec["context"] == shipped["max_position_embeddings"]  # no cache past 512 tokens
+
+
+def test_cli_default_context_stays_within_what_the_models_take(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from headlab.cli import main
+
+    assert main(["spec", "Llama-3.1-8B", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["context"] == 8192  # declares 131,072
+    assert main(["spec", "--compare", "gpt2", "Llama-3.1-8B", "--json"]) == 0
+    gpt2, llama = json.loads(capsys.readouterr().out)
+    assert gpt2["context"] == llama["context"] == gpt2["max_positions"] == 1024
+    assert llama["kv_cache_bytes"] == 131_072 * 1024
+    assert main(["spec", "gpt2", "--context", "4096", "--json"]) == 0  # asked for: kept
+    assert json.loads(capsys.readouterr().out)["context"] == 4096

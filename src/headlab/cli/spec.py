@@ -9,6 +9,7 @@ from headlab.cli._output import console, emit_json, human_bytes, human_count
 
 #: with no model named: headlab's bundled default model (its catalog entry: no torch, no files)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_CONTEXT = 8192
 
 
 def add_parser(sub: Any) -> None:
@@ -32,7 +33,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--compare", nargs="+", metavar="MODEL", help="several models side by side")
     p.add_argument("--list", action="store_true", help="list the bundled catalog")
     p.add_argument(
-        "--context", type=int, default=8192, help="context length in tokens (default 8192)"
+        "--context",
+        type=int,
+        help=(
+            f"context length in tokens (default {DEFAULT_CONTEXT:,}, or the longest context the "
+            "config declares when shorter; with --compare, the shortest of them)"
+        ),
     )
     p.add_argument(
         "--dtype",
@@ -74,6 +80,7 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
             human_count(d["attention_flops_per_token"]),
         ),
         ("sliding window", window),
+        ("longest context (config)", f"{d['max_positions']:,}" if d["max_positions"] else "-"),
     ]
     m = d["mla"]
     latent = (
@@ -103,10 +110,18 @@ def run(args: argparse.Namespace) -> int:
     names = list(args.compare or []) + ([args.model] if args.model else [])
     if not names:
         names = [DEFAULT_MODEL]
-    specs = []
+    layouts = []
     for name in names:
         label, config = resolve(name)
-        spec = compute_spec(layout_from_config(config), context=args.context, dtype=args.dtype)
+        layouts.append((label, layout_from_config(config)))
+    context = args.context
+    if context is None:  # no cache at a length the models cannot take
+        context = min(
+            [DEFAULT_CONTEXT, *(lay.max_positions or DEFAULT_CONTEXT for _, lay in layouts)]
+        )
+    specs = []
+    for label, lay in layouts:
+        spec = compute_spec(lay, context=context, dtype=args.dtype)
         specs.append({"model": label, **spec.as_dict()})
     if args.json:
         emit_json(specs if args.compare else specs[0])

@@ -131,20 +131,23 @@ class MultiHeadAttention(nn.Module):
         return self.n_heads * d, self.n_kv_heads * d, self.n_kv_heads * d
 
     def _project(
-        self, query: torch.Tensor, key_value: torch.Tensor | None
+        self, query: torch.Tensor, key_value: torch.Tensor | None, *, explicit: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
         """Project inputs to q ``(B, H, T, D)``, k and v ``(B, Hkv, S, D)``.
 
-        The last item says whether q comes already multiplied by :attr:`scale`: without
-        autograd, MHA self-attention adds the bias, scales q and lays the three out head by head
-        in one fused pass (torch's own ``_transform_bias_rescale_qkv``), which saves the copies
-        that strided head views would otherwise cost in the products that follow.
+        The last item says whether q comes already multiplied by :attr:`scale`. For the
+        ``explicit`` path (per-head weights) without autograd, MHA self-attention adds the bias,
+        scales q and lays the three out head by head in one fused pass (torch's own
+        ``_transform_bias_rescale_qkv``): its matrix products would copy strided head views.
+        The fused kernel reads the strided views as they are, and its output then lies token by
+        token, so the heads' concatenation costs no copy either.
         """
         q_size, k_size, v_size = self._split_sizes()
         weight, bias = self.in_proj.weight, self.in_proj.bias
         fused = getattr(torch, "_transform_bias_rescale_qkv", None)
         if (
-            fused is not None
+            explicit
+            and fused is not None
             and key_value is None
             and self.n_kv_heads == self.n_heads
             and not (torch.is_grad_enabled() and (query.requires_grad or weight.requires_grad))
@@ -212,7 +215,7 @@ class MultiHeadAttention(nn.Module):
         self._check_inputs(query, key_value)
         if kv_cache is not None and key_value is not None:
             raise ShapeError("kv_cache is for self-attention; pass key_value=None with a cache")
-        q, k, v, prescaled = self._project(query, key_value)
+        q, k, v, prescaled = self._project(query, key_value, explicit=need_weights)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, Hkv, past + T, D)
         b, _, t, _ = q.shape

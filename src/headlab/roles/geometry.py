@@ -112,7 +112,7 @@ class Geometry:
 
     def word_argmax_sums(self, sums: torch.Tensor) -> torch.Tensor:
         """:meth:`word_argmax` straight from word sums ``(B, H, W', W')`` (``W' >= W``, as
-        :meth:`word_sums` returns them; extra words count as padding), which it overwrites:
+        :meth:`word_sums` returns them; extra words are ignored), which it overwrites:
         dividing a row by its word's token count does not move its argmax, and the excluded
         cells (self and special words) are filled in place, a few per row."""
         n_batch, n_words = self.word_real.shape

@@ -115,3 +115,28 @@ def test_saving_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     # the earlier complete model is untouched, and no temporary folders are left behind
     assert (target / "config.json").is_file() and load(target).layout.heads_per_layer[0] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
+def test_cli_on_a_model_pruned_layer_by_layer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """headlab heads shows each layer's remaining heads; headlab report, which draws layers as
+    rows of equally many heads, refuses in one line before measuring anything."""
+    import json
+
+    from headlab.cli import main
+
+    small = prune_model(load(build("bert", tmp_path / "src")), {0: [0, 2], 1: [1]})
+    counts = list(small.layout.heads_per_layer)
+    out = save_pruned(small, tmp_path / "small")
+    assert main(["heads", "The cat sat on the mat.", "--model", str(out), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["heads"]
+    for layer, count in enumerate(counts):
+        assert [h["head"] for h in shown if h["layer"] == layer] == list(range(count))
+    assert main(["heads", "--model", str(out), "--head", str(max(counts)), "--json"]) == 1
+    assert "out of range" in capsys.readouterr().err
+    report_dir = tmp_path / "report"
+    assert main(["report", "--model", str(out), "--out", str(report_dir)]) == 1
+    err = capsys.readouterr().err
+    assert "same number of heads in every layer" in err and str(counts) in err
+    assert not report_dir.exists()

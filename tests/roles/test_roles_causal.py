@@ -72,3 +72,35 @@ def test_both_word_paths_give_the_same_statistics(
         assert a.role == b.role
         for key, value in a.scores.items():
             assert value == pytest.approx(b.scores[key], abs=1e-6), key
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_roles_of_a_model_pruned_layer_by_layer(tmp_path: Path, family: str) -> None:
+    """A model with fewer heads in some layers gets a role for every remaining head. Layer 0
+    sees only the embeddings, so its remaining heads score exactly as the same heads did before
+    pruning."""
+    from headlab.pruning import head_ids, prune_model
+
+    path = build(family, tmp_path / family)
+    tb = read_conllu(sample_path("treebank"), limit=12)
+    opts = RoleOptions(replicates=3, induction_sequences=4, induction_length=8)
+    whole = measure_roles(load(path), tb, options=opts)
+    small_lm = prune_model(load(path), {0: [0, 2], 1: [1]})
+    counts = list(small_lm.layout.heads_per_layer)
+    assert len(set(counts)) > 1
+    small = measure_roles(small_lm, tb, options=opts)
+    assert len(small.heads) == sum(counts)
+    assert small.to_json()["heads_in_layer"] == counts
+    grid = small.grid()
+    for layer, count in enumerate(counts):
+        assert grid[layer][count:] == ["-"] * (small.n_heads - count)
+        assert "-" not in grid[layer][:count]
+    for new, old in enumerate(head_ids(small_lm)[0]):
+        before, after = whole.head(0, old), small.head(0, new)
+        assert after.role == before.role
+        for key, value in before.scores.items():
+            assert after.scores[key] == pytest.approx(value, abs=1e-6, nan_ok=True), key
+    for r in small.relations:  # best heads are heads that exist
+        assert r.head < counts[r.layer]
+    with pytest.raises(IndexError, match="layer 0 has heads"):
+        small.head(0, counts[0])

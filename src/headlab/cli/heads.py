@@ -59,16 +59,19 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(
                 f"--layer {layer} out of range: {lm.name} has layers 0..{lm.n_layers - 1}"
             )
-    heads = args.head or list(range(lm.n_heads))
-    for head in heads:
-        if not 0 <= head < lm.n_heads:
-            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{lm.n_heads - 1}")
+    counts = lm.layout.heads_per_layer  # fewer in some layers of a model pruned layer by layer
+    most = max(counts[layer] for layer in layers)
+    for head in args.head or []:
+        if not 0 <= head < most:
+            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
     wa = word_attention(lm, args.text, layers=layers)
     word = args.word or _default_word(args.text, wa.alignment)
     wa.alignment.word_index(word)  # a clear error if the word is missing
     rows = []
     for layer in layers:
-        for head in heads:
+        for head in args.head or range(counts[layer]):
+            if head >= counts[layer]:
+                continue  # pruned away in this layer
             rows.append(
                 {
                     "layer": layer,

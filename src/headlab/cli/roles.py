@@ -123,14 +123,18 @@ def print_report(report: Any) -> None:
     from headlab.roles.probes.syntactic import CORE_RELATIONS
 
     con = console()
+    rows = report.grid()
+    legend = [f"{v} {k}" for k, v in LETTERS.items()]
+    if any("-" in row for row in rows):
+        legend.append("- pruned away")
     grid = Table(
         title=f"{report.model}: dominant role of each head (stability in the JSON/CSV)",
-        caption="  ".join(f"{v} {k}" for k, v in LETTERS.items()),
+        caption="  ".join(legend),
     )
     grid.add_column("layer", justify="right")
     for h in range(report.n_heads):
         grid.add_column(str(h), justify="center")
-    for layer, row in enumerate(report.grid()):
+    for layer, row in enumerate(rows):
         grid.add_row(str(layer), *row)
     con.print(grid)
     counts = report.role_counts()

@@ -46,17 +46,29 @@ class Sums:
             self.values[name] = total
 
     def add_layer(
-        self, name: str, layer: int, n_layers: int, items: Sequence[int], values: torch.Tensor
+        self,
+        name: str,
+        layer: int,
+        n_layers: int,
+        items: Sequence[int],
+        values: torch.Tensor,
+        *,
+        n_heads: int | None = None,
     ) -> None:
-        """Like :meth:`add`, into slot ``layer`` of a ``(R + 1, n_layers, ...)`` sum."""
+        """Like :meth:`add`, into slot ``layer`` of a ``(R + 1, n_layers, ...)`` sum.
+
+        ``values`` ``(B, H_l, ...)``: a layer with fewer heads than ``n_heads`` (a model pruned
+        layer by layer) fills the first ``H_l`` of them; the others keep zero sums.
+        """
         wt = self._weights_t(items)
         flat = values.reshape(values.shape[0], -1).double()
         total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])
         if name not in self.values:
-            self.values[name] = torch.zeros(
-                wt.shape[0], n_layers, *values.shape[1:], dtype=torch.float64
-            )
-        self.values[name][:, layer] += total
+            shape = list(values.shape[1:])
+            if n_heads is not None and shape:
+                shape[0] = max(shape[0], n_heads)
+            self.values[name] = torch.zeros(wt.shape[0], n_layers, *shape, dtype=torch.float64)
+        self.values[name][:, layer, : total.shape[1]] += total
 
     def get(self, name: str) -> torch.Tensor:
         return self.values[name]

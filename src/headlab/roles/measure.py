@@ -123,14 +123,24 @@ class RoleReport:
     n_layers: int
     n_heads: int
     heads: list[HeadRole]
+    #: heads of each layer, when not ``n_heads`` everywhere (a model pruned layer by layer)
+    heads_in_layer: tuple[int, ...] | None = None
     relations: list[RelationRow]
     coreference: CoreferenceResult | None
     data: dict[str, Any]
     thresholds: Thresholds
     replicates: int
 
+    @property
+    def layer_heads(self) -> tuple[int, ...]:
+        """Heads of each layer."""
+        return self.heads_in_layer or (self.n_heads,) * self.n_layers
+
     def head(self, layer: int, head: int) -> HeadRole:
-        return self.heads[layer * self.n_heads + head]
+        counts = self.layer_heads
+        if not 0 <= head < counts[layer]:
+            raise IndexError(f"layer {layer} has heads 0..{counts[layer] - 1}, not {head}")
+        return self.heads[sum(counts[:layer]) + head]
 
     def role_counts(self) -> dict[str, int]:
         """How many heads have each dominant role (unclassified included)."""
@@ -138,10 +148,10 @@ class RoleReport:
         return {role: counts.get(role, 0) for role in (*ROLES, "unclassified")}
 
     def grid(self) -> list[list[str]]:
-        """Role letters, ``layers x heads``."""
+        """Role letters, ``layers x heads`` (``-`` where a pruned layer has no such head)."""
         return [
-            [LETTERS[self.head(layer, h).role] for h in range(self.n_heads)]
-            for layer in range(self.n_layers)
+            [LETTERS[self.head(layer, h).role] if h < count else "-" for h in range(self.n_heads)]
+            for layer, count in enumerate(self.layer_heads)
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -151,6 +161,7 @@ class RoleReport:
             "model": self.model,
             "layers": self.n_layers,
             "heads_per_layer": self.n_heads,
+            "heads_in_layer": list(self.layer_heads),
             "replicates": self.replicates,
             "thresholds": vars(self.thresholds),
             "data": self.data,
@@ -177,10 +188,11 @@ def _rounded(obj: Any) -> Any:
 class _LayerSums:
     """Per-batch sums of one layer, added up over its query blocks, then into :class:`Sums`."""
 
-    def __init__(self, sums: Sums, n_layers: int, indices: list[int]) -> None:
+    def __init__(self, sums: Sums, n_layers: int, indices: list[int], n_heads: int) -> None:
         self.sums = sums
         self.n_layers = n_layers
         self.indices = indices
+        self.n_heads = n_heads  # the most heads of any layer
         self.parts: dict[str, torch.Tensor] = {}
 
     def add(self, name: str, value: torch.Tensor) -> None:
@@ -189,7 +201,9 @@ class _LayerSums:
 
     def flush(self, layer: int) -> None:
         for name, value in self.parts.items():
-            self.sums.add_layer(name, layer, self.n_layers, self.indices, value)
+            self.sums.add_layer(
+                name, layer, self.n_layers, self.indices, value, n_heads=self.n_heads
+            )
         self.parts.clear()
 
 
@@ -251,7 +265,7 @@ class TreebankBlocks:
         sums.add("rare.chance", idx, rare_chance)
         sums.add("syntactic.count", idx, counts)
         sums.add("syntactic.baseline", idx, base)
-        self.layer_sums = _LayerSums(sums, lm.n_layers, idx)
+        self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
         # the delimiter masses, and word sums of short inputs, come out of the attention's own
         # product with the values (see headlab.models.streaming)
         self.dense_words = n_words * n_positions <= DENSE_WORDS
@@ -415,7 +429,7 @@ class GapBlocks:
         sums.add("coref.nearest", idx, nearest)
         sums.add("coref.first", idx, first)
         self.from_pronoun = geo.from_words[torch.arange(n_batch), pronoun]  # (B, T)
-        self.layer_sums = _LayerSums(sums, lm.n_layers, idx)
+        self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
         self.n_heads = lm.layout.heads_per_layer
         self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
 
@@ -485,7 +499,7 @@ def _induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
         sums.add("induction.n", items, torch.ones(len(items)))
         for layer in range(lm.n_layers):
             value = induction.collect(cap.pattern(layer).cpu(), options.induction_length, start)
-            sums.add_layer("induction.sum", layer, lm.n_layers, items, value)
+            sums.add_layer("induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads)
 
 
 # ---------------------------------------------------------------------------------- scoring
@@ -585,9 +599,11 @@ def measure_roles(
     evidence, scores, syn = _evidence(tb, gap_sums, ind, options.thresholds)
     dominant = evidence.dominant()  # (R+1, L, H)
     excess = evidence.excess()[:, 0]  # (roles, L, H)
+    counts = tuple(lm.layout.heads_per_layer)  # a model pruned layer by layer has fewer in some
+    present = torch.arange(lm.n_heads)[None, :] < torch.tensor(counts)[:, None]  # (L, H)
     heads = []
     for layer in range(lm.n_layers):
-        for h in range(lm.n_heads):
+        for h in range(counts[layer]):
             heads.append(
                 _head_role(
                     layer, h, dominant, excess, evidence, scores, relations, options.replicates
@@ -606,7 +622,7 @@ def measure_roles(
             "skipped": gap_skipped,
         }
         if n_used:
-            acc = scores["coreference"][0]  # (L, H)
+            acc = scores["coreference"][0].masked_fill(~present, torch.nan)  # (L, H)
             flat = int(acc.nan_to_num(-1).argmax())
             layer, h = divmod(flat, lm.n_heads)
             coref_result = CoreferenceResult(
@@ -622,8 +638,9 @@ def measure_roles(
         model=lm.name,
         n_layers=lm.n_layers,
         n_heads=lm.n_heads,
+        heads_in_layer=counts,
         heads=heads,
-        relations=_relation_rows(syn, relations, lm.n_heads),
+        relations=_relation_rows(syn, relations, present),
         coreference=coref_result,
         data=data,
         thresholds=options.thresholds,
@@ -703,10 +720,12 @@ def _head_role(
 
 
 def _relation_rows(
-    syn: dict[str, torch.Tensor], relations: list[str], n_heads: int
+    syn: dict[str, torch.Tensor], relations: list[str], present: torch.Tensor
 ) -> list[RelationRow]:
+    """The best existing head (``present`` ``(L, H)``) of each relation and direction."""
     rows = []
-    acc = syn["accuracy"][0]  # (L, H, Rel, 2)
+    n_heads = present.shape[1]
+    acc = syn["accuracy"][0].masked_fill(~present[..., None, None], torch.nan)  # (L, H, Rel, 2)
     for r, name in enumerate(relations):
         for d, direction in enumerate(syntactic.DIRECTIONS):
             count = int(syn["count"][0, r, d])

@@ -103,3 +103,39 @@ def test_user_text_is_inert(page) -> None:
     assert page.evaluate("window.__pwned") is None
     assert page.locator("b", has_text="cooked").count() == 0
     assert page.errors == []
+
+
+def test_a_model_pruned_layer_by_layer(browser, tmp_path: Path) -> None:
+    """A report of a model with fewer heads in some layers: one button per remaining head, a
+    dash where a head was pruned away, and the viewer offers each layer's own heads."""
+    from headlab.models import load
+    from headlab.pruning import prune_model, save_pruned
+
+    small = prune_model(load(), {0: [0, 1, 2], 3: [5]})
+    counts = list(small.layout.heads_per_layer)
+    folder = save_pruned(small, tmp_path / "small")
+    out = tmp_path / "report"
+    argv = ["report", "--model", str(folder), "--out", str(out), "--limit", "20"]
+    assert main([*argv, "--replicates", "5", "--no-gap"]) == 0
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto((out / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.locator("#grid button").count() == sum(counts)
+    assert page.locator("#grid td.pruned").count() == len(counts) * max(counts) - sum(counts)
+    assert page.locator("#grid button[data-layer='0'][data-head='9']").count() == 0
+    assert str(counts) in page.locator("#summary").text_content()
+    page.click("#grid button[data-layer='0'][data-head='8']")  # the last head of layer 0
+    assert page.locator("#details h3").text_content().startswith("Layer 0, head 8")
+    assert page.locator("#head option").count() == counts[0] + 1  # "all heads" and 0..8
+    page.select_option("#layer", "1")
+    assert page.locator("#head option").count() == counts[1] + 1
+    page.select_option("#head", "10")
+    page.select_option("#layer", "0")  # layer 0 has no head 10 any more: all of its heads
+    assert page.locator("#head").input_value() == "all"
+    assert page.locator("#viewer").get_attribute("data-head") == "all"
+    assert page.locator("#viewer svg line").count() > 0
+    assert errors == []
+    page.close()

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from headlab.datasets import read_conllu, read_frequencies, read_gap, sample_path
     from headlab.errors import InputError
     from headlab.models import load
-    from headlab.report import check_layout, write_report
+    from headlab.report import write_report
     from headlab.roles import RoleOptions, measure_roles
 
     if args.limit is not None and args.limit < 1:
@@ -88,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
     treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     lm = load(args.model)
-    check_layout(lm)  # before minutes of measuring
     say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
     roles = measure_roles(
         lm,

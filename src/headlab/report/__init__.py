@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.outputs import atomic_folder
 from headlab.report import figures
@@ -24,17 +23,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_FOLDER = "headlab-report"
 MARKER = ".headlab-report"
-
-
-def check_layout(lm: LoadedModel) -> None:
-    """The report draws every layer as a row of equally many heads: a model pruned layer by
-    layer raises :class:`~headlab.errors.InputError` (``headlab roles`` and ``heads`` take it)."""
-    counts = list(lm.layout.heads_per_layer)
-    if len(set(counts)) > 1:
-        raise InputError(
-            f"the report needs the same number of heads in every layer; {lm.name} has {counts} "
-            "(pruned layer by layer: use headlab roles and heads on it, or prune with --uniform)"
-        )
 
 
 def write_report(
@@ -54,7 +42,6 @@ def write_report(
     An existing folder is replaced only if it is a headlab report (it holds the marker file
     ``.headlab-report``) or ``overwrite`` is true.
     """
-    check_layout(lm)
     out = Path(out)
     replace = overwrite or (out / MARKER).is_file()
     say = progress or (lambda message: None)

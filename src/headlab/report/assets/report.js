@@ -29,7 +29,12 @@
   function fmt(v, digits) {
     return v === null || v === undefined ? "\u2013" : Number(v).toFixed(digits === undefined ? 3 : digits);
   }
-  function headInfo(layer, head) { return roles.heads[layer * roles.heads_per_layer + head]; }
+  // heads of each layer: fewer in some layers of a model pruned layer by layer
+  const layerHeads = roles.heads_in_layer || Array(roles.layers).fill(roles.heads_per_layer);
+  const firstHead = layerHeads.map((n, l) => layerHeads.slice(0, l).reduce((a, b) => a + b, 0));
+  function headInfo(layer, head) {
+    return head < layerHeads[layer] ? roles.heads[firstHead[layer] + head] : null;
+  }
   function table(headers, rows) {
     const t = el("table", { class: "data" });
     const tr = el("tr");
@@ -48,7 +53,9 @@
   const counts = Object.entries(roles.role_counts).filter(([, n]) => n > 0)
     .map(([r, n]) => r + " " + n).join(", ");
   document.getElementById("summary").textContent =
-    data.layers + " layers \u00d7 " + data.heads + " heads. Heads per dominant role: " + counts +
+    data.layers + " layers \u00d7 " + (roles.heads_in_layer && new Set(layerHeads).size > 1
+      ? "[" + layerHeads.join(", ") + "] heads (pruned layer by layer)" : data.heads + " heads") +
+    ". Heads per dominant role: " + counts +
     ". Roles are tendencies: stability is the share of " + roles.replicates +
     " bootstrap resamples that give a head the same role.";
 
@@ -72,6 +79,10 @@
     tr.appendChild(el("th", {}, l));
     for (let h = 0; h < roles.heads_per_layer; h++) {
       const info = headInfo(l, h);
+      if (info === null) {
+        tr.appendChild(el("td", { class: "pruned", title: "layer " + l + ", head " + h + ": pruned away" }, "\u2013"));
+        continue;
+      }
       const b = el("button", {
         "data-layer": l, "data-head": h,
         title: "layer " + l + ", head " + h + ": " + info.role +
@@ -134,6 +145,7 @@
     if (b) b.classList.add("selected");
     showDetails(layer, head);
     document.getElementById("layer").value = String(layer);
+    fillHeads();
     document.getElementById("head").value = String(head);
     renderViewer();
   }
@@ -144,11 +156,15 @@
   const layerSel = document.getElementById("layer");
   for (let l = 0; l < data.layers; l++) layerSel.appendChild(el("option", { value: l }, l));
   const headSel = document.getElementById("head");
-  headSel.appendChild(el("option", { value: "all" }, "all heads"));
-  for (let h = 0; h < data.heads; h++) headSel.appendChild(el("option", { value: h }, h));
+  function fillHeads() {  // the chosen layer's heads
+    headSel.replaceChildren(el("option", { value: "all" }, "all heads"));
+    for (let h = 0; h < layerHeads[state.layer]; h++) headSel.appendChild(el("option", { value: h }, h));
+    if (state.head !== "all" && state.head >= layerHeads[state.layer]) state.head = "all";
+  }
+  fillHeads();
   const modeSel = document.getElementById("mode");
   sentenceSel.addEventListener("change", () => { state.sentence = +sentenceSel.value; state.word = -1; renderViewer(); });
-  layerSel.addEventListener("change", () => { state.layer = +layerSel.value; renderViewer(); });
+  layerSel.addEventListener("change", () => { state.layer = +layerSel.value; fillHeads(); renderViewer(); });
   headSel.addEventListener("change", () => {
     state.head = headSel.value === "all" ? "all" : +headSel.value;
     if (state.head !== "all") showDetails(state.layer, state.head);
@@ -231,7 +247,7 @@
     sentenceSel.value = String(state.sentence);
     layerSel.value = String(state.layer);
     headSel.value = String(state.head);
-    const heads = state.head === "all" ? [...Array(data.heads).keys()] : [state.head];
+    const heads = state.head === "all" ? [...Array(layerHeads[state.layer]).keys()] : [state.head];
     const view = document.getElementById("viewer");
     view.replaceChildren(state.mode === "lines" ? renderLines(s, heads) : renderHeatmap(s, heads));
     if (state.mode === "lines" && heads.length > 1) {
@@ -303,6 +319,7 @@
   state.word = focus;
   state.layer = 0;
   state.head = "all";
+  fillHeads();
   renderViewer();
   const best = roles.heads.find((h) => h.role === "syntactic") || roles.heads[0];
   showDetails(best.layer, best.head);

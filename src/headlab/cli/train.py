@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
         text = Path(args.text).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read --text {args.text}: {exc}") from None
+    if not args.verbose:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the saving step's shard bar
     recipe = LMRecipe(
         d_model=args.d_model,
         n_layers=args.layers,

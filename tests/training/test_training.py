@@ -175,3 +175,19 @@ def test_bundled_causal_model_opens_offline_for_causal_analysis() -> None:
     for head in report.heads:
         assert 0.0 <= head.scores["induction"] <= 1.0
         assert 0.0 <= head.scores["previous"] <= 1.0
+
+
+def test_summary_gives_no_spread_for_a_single_seed() -> None:
+    """One seed has no standard deviation (not a spread of 0); several get the sample one."""
+    import statistics
+
+    from headlab.training.experiment import summarise
+
+    runs = [
+        {"task": "binding", "n_heads": 1, "metric": "accuracy", "value": v} for v in (0.2, 0.4, 0.3)
+    ] + [{"task": "binding", "n_heads": 4, "metric": "accuracy", "value": 1.0}]
+    one, four = summarise(runs)
+    assert one["n_heads"] == 1 and one["seeds"] == 3
+    assert one["mean"] == pytest.approx(0.3)
+    assert one["std"] == pytest.approx(statistics.stdev([0.2, 0.4, 0.3]))
+    assert four["seeds"] == 1 and four["std"] is None

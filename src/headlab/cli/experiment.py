@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             str(r["n_heads"]),
             r["metric"],
             f"{r['mean']:.3f}",
-            f"{r['std']:.3f}",
+            "\u2013" if r["std"] is None else f"{r['std']:.3f}",
             str(r["seeds"]),
         )
     con = console()

@@ -126,7 +126,7 @@ def run_lm(
 
 
 def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and standard deviation per task and head count."""
+    """Mean and standard deviation per task and head count (``None`` for a single seed)."""
     cells: dict[tuple[str, int], list[float]] = {}
     metric: dict[str, str] = {}
     for r in runs:
@@ -138,7 +138,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "n_heads": heads,
             "metric": metric[task],
             "mean": statistics.fmean(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "std": statistics.stdev(values) if len(values) > 1 else None,  # one seed: no spread
             "seeds": len(values),
         }
         for (task, heads), values in sorted(cells.items())

@@ -175,3 +175,21 @@ def test_alignment_with_a_byte_level_bpe_tokenizer() -> None:
     assert not any(a.is_special)
     assert a.n_tokens > len(a.words)  # unseen words fall apart into byte pieces
     assert a.token_to_word == tuple(sorted(a.token_to_word))  # tokens stay in word order
+
+
+def test_word_index_takes_the_nth_occurrence(tiny_bert) -> None:
+    """``the`` is the first "the" (any case), ``the#2`` the second; a missing occurrence or word
+    is a one-line error naming what is there."""
+    a = align(tiny_bert.tokenizer, text="The cat saw the dog near the tree.")
+    plain = [i for i, s in enumerate(a.is_special) if not s]
+    words = [a.words[i] for i in plain]
+    assert words[:2] == ["The", "cat"]
+    assert a.word_index("the") == plain[0]
+    assert a.word_index("the#2") == plain[words.index("the")]
+    assert a.word_index("THE#3") == plain[len(words) - 1 - words[::-1].index("the")]
+    with pytest.raises(InputError, match=r"'the' occurs 3 time\(s\) in the sentence, not 4"):
+        a.word_index("the#4")
+    with pytest.raises(InputError, match="count from 1"):
+        a.word_index("the#0")
+    with pytest.raises(InputError, match="'fish' is not in the sentence"):
+        a.word_index("fish#2")

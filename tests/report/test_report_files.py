@@ -104,3 +104,17 @@ def test_long_sentences_are_cut_for_the_viewer_with_a_notice() -> None:
     assert len(s["words"]) == MAX_VIEWER_WORDS
     first = s["patterns"][0][0]
     assert len(first) == MAX_VIEWER_WORDS and len(first[0]) == MAX_VIEWER_WORDS
+
+
+def test_the_viewer_opens_on_the_chosen_occurrence() -> None:
+    from headlab.report.data import _focus_index
+
+    sentence = {
+        "words": ["[CLS]", "The", "chef", "prepared", "the", "fish", "[SEP]"],
+        "special": [True, False, False, False, False, False, True],
+    }
+    assert _focus_index(sentence, "prepared") == 3
+    assert _focus_index(sentence, "the") == 1
+    assert _focus_index(sentence, "the#2") == 4
+    assert _focus_index(sentence, "the#3") == -1  # absent: the viewer opens on no word
+    assert _focus_index(sentence, "[CLS]") == -1  # special tokens are not words to follow

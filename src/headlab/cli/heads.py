@@ -28,8 +28,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--word",
         help=(
-            f"the attending word (default: {LESSON_WORD!r} in the lesson's sentence, else the "
-            "sentence's longest word, the first of equals)"
+            f"the attending word; WORD#2 for its second occurrence (default: {LESSON_WORD!r} in "
+            "the lesson's sentence, else the sentence's longest word, the first of equals)"
         ),
     )
     p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")

@@ -35,7 +35,11 @@ def add_parser(sub: Any) -> None:
         action="append",
         help="a sentence for the viewer (repeatable; the lesson's sentence always comes first)",
     )
-    p.add_argument("--word", default="prepared", help="word the viewer opens on (default prepared)")
+    p.add_argument(
+        "--word",
+        default="prepared",
+        help="word the viewer opens on; WORD#2 for its second occurrence (default prepared)",
+    )
     p.add_argument("--pruning", help="a pruning result: the JSON of headlab prune --json/--curve")
     p.add_argument("--prune", action="store_true", help="measure the pruning curve too (slower)")
     p.add_argument("--experiment", help="the JSON of headlab experiment one-vs-many --json")

@@ -50,12 +50,9 @@ class Alignment:
         return len(self.token_to_word)
 
     def word_index(self, word: str) -> int:
-        """Index of the first non-special word equal to ``word`` (case-insensitive)."""
-        for i, (w, special) in enumerate(zip(self.words, self.is_special, strict=True)):
-            if not special and w.lower() == word.lower():
-                return i
-        plain = [w for w, s in zip(self.words, self.is_special, strict=True) if not s]
-        raise InputError(f"word {word!r} is not in the sentence (words: {' '.join(plain)})")
+        """Index of the non-special word equal to ``word`` (case-insensitive): its first
+        occurrence, or its N-th for ``word#N`` ("the#2": the second "the")."""
+        return find_word(self.words, self.is_special, word)
 
     def matrices(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
         """``(from_words (W, T), to_words (T, W))``: mean over a word's tokens, sum over them.
@@ -69,6 +66,29 @@ class Alignment:
         counts = to_words.sum(0)  # tokens per word
         from_words = (to_words / counts).t().contiguous()  # (W, T)
         return from_words, to_words
+
+
+def find_word(words: Sequence[str], is_special: Sequence[bool], word: str) -> int:
+    """:meth:`Alignment.word_index` over plain lists of words and special flags."""
+    name, occurrence = word, 1
+    head, sep, tail = word.rpartition("#")
+    if sep and head and tail.isdigit():
+        name, occurrence = head, int(tail)
+        if occurrence < 1:
+            raise InputError(f"{word!r}: occurrences count from 1 ({head}#1 is the first)")
+    found = [
+        i
+        for i, (w, special) in enumerate(zip(words, is_special, strict=True))
+        if not special and w.lower() == name.lower()
+    ]
+    if not found:
+        plain = [w for w, s in zip(words, is_special, strict=True) if not s]
+        raise InputError(f"word {name!r} is not in the sentence (words: {' '.join(plain)})")
+    if occurrence > len(found):
+        raise InputError(
+            f"word {name!r} occurs {len(found)} time(s) in the sentence, not {occurrence}"
+        )
+    return found[occurrence - 1]
 
 
 def split_words(text: str) -> list[tuple[str, int, int]]:

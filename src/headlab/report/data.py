@@ -67,7 +67,18 @@ def gather(
         "spec": spec,
         "roles": roles.to_json(),
         "sentences": viewer,
-        "focus": {"sentence": 0, "word": focus_word},
+        "focus": {"sentence": 0, "word": focus_word, "index": _focus_index(viewer[0], focus_word)},
         "pruning": pruning,
         "experiment": experiment,
     }
+
+
+def _focus_index(sentence: dict[str, Any], word: str) -> int:
+    """Where the viewer opens in the first sentence: ``word`` (or ``word#N``), -1 if absent."""
+    from headlab.errors import InputError
+    from headlab.models.words import find_word
+
+    try:
+        return find_word(sentence["words"], sentence["special"], word)
+    except InputError:
+        return -1

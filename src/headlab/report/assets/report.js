@@ -314,9 +314,7 @@
   }
 
   // ---------------------------------------------------------------- start on the lesson
-  const first = data.sentences[state.sentence];
-  const focus = first.words.findIndex((w, i) => !first.special[i] && w.toLowerCase() === data.focus.word.toLowerCase());
-  state.word = focus;
+  state.word = data.focus.index;
   state.layer = 0;
   state.head = "all";
   fillHeads();

@@ -193,3 +193,17 @@ def test_word_index_takes_the_nth_occurrence(tiny_bert) -> None:
         a.word_index("the#0")
     with pytest.raises(InputError, match="'fish' is not in the sentence"):
         a.word_index("fish#2")
+
+
+def test_captured_heads_out_of_range_are_a_clear_error(tiny_bert) -> None:
+    batch = encode(tiny_bert, ["The cat sat."])
+    n = tiny_bert.layout.heads_per_layer[1]
+    with torch.no_grad(), HeadCapture(tiny_bert) as cap:
+        tiny_bert.model(**batch)
+    with pytest.raises(
+        InputError, match=rf"heads \[{n}\] out of range: layer 1 has heads 0..{n - 1}"
+    ):
+        cap.pattern(1, heads=[0, n])
+    with pytest.raises(InputError, match="out of range"):
+        cap.contributions(1, heads=[-1])
+    assert cap.pattern(1, heads=[n - 1]).shape[1] == 1

@@ -245,6 +245,12 @@ class HeadCapture:
             raise InputError("patterns need record_queries_keys=True")
         return rec, rec.q, rec.k
 
+    def _check_heads(self, layer: int, heads: Sequence[int]) -> None:
+        n = self.lm.layout.heads_per_layer[layer]
+        bad = [h for h in heads if not 0 <= int(h) < n]
+        if bad:
+            raise InputError(f"heads {bad} out of range: layer {layer} has heads 0..{n - 1}")
+
     def pattern(
         self,
         layer: int,
@@ -256,6 +262,8 @@ class HeadCapture:
         """Attention weights ``(B, h, T, S)`` of ``heads`` (default all) of ``layer``; only query
         rows ``start:stop`` with ``rows``; the product in ``dtype`` (softmax in float32)."""
         rec, q, k = self._queries_keys(layer)
+        if heads is not None:
+            self._check_heads(layer, heads)
         return attention_pattern(
             q,
             k,
@@ -285,6 +293,7 @@ class HeadCapture:
         n_heads, d = out.shape[1], out.shape[3]
         w = w.view(w.shape[0], n_heads, d)  # (E, H, D)
         if heads is not None:
+            self._check_heads(layer, heads)
             idx = torch.as_tensor(list(heads), device=out.device)
             out, w = out.index_select(1, idx), w.index_select(1, idx)
         return torch.einsum("bhtd,ehd->bhte", out, w.to(out.dtype))

@@ -72,3 +72,27 @@ def test_readme_python_examples_run_and_say_what_they_print() -> None:
             assert [x for _, x in got] == pytest.approx([x for _, x in claimed], abs=0.005), line
             checked += 1
     assert checked >= 1
+
+
+def test_readme_cli_examples_parse() -> None:
+    """Every ``headlab ...`` line in the README's shell examples is a valid command line: its
+    subcommand and flags exist (parsed, not run)."""
+    import re
+    import shlex
+
+    from headlab.cli import build_parser
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", readme, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].split(" > ")[0].strip()
+            if line.startswith("headlab "):
+                lines.append(line)
+    assert len(lines) >= 20
+    parser = build_parser()
+    for line in lines:
+        try:
+            parser.parse_args(shlex.split(line)[1:])
+        except SystemExit as exc:
+            raise AssertionError(f"README example does not parse: {line}") from exc

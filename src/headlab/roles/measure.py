@@ -577,6 +577,11 @@ def measure_roles(
     from headlab.datasets.treebank import word_frequencies
 
     options = options or RoleOptions()
+    if lm.device.type != "cpu":  # the word geometry and the sums live on the CPU
+        raise InputError(
+            f"role statistics run on the CPU for now, but the model is on {lm.device}: "
+            "load it on the CPU (headlab.models.load does by default)"
+        )
     if options.replicates < 0:
         raise InputError(f"replicates must be 0 or more, got {options.replicates}")
     if not treebank:

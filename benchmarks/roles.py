@@ -20,6 +20,7 @@ layers, width 768, 12 heads, 4 KV heads; random weights built in-process).
 
     python benchmarks/roles.py            # the full table (about 20 minutes)
     python benchmarks/roles.py --quick    # MiniLM at 128 tokens only, one round
+    python benchmarks/roles.py --split decoder-100M 512   # where each route's time goes
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
         dtype = torch.bfloat16 if mode.endswith("-bf16") else torch.float32
         kind = mode.removesuffix("-bf16")
         run.model.set_attn_implementation(
-            {"plain": "sdpa", "eager": "eager"}.get(kind, ATTN_IMPLEMENTATION)
+            {"plain": "sdpa", "eager": "eager", "eager-maps": "eager"}.get(
+                kind, ATTN_IMPLEMENTATION
+            )
         )
         options = RoleOptions(replicates=100, dtype=dtype)
         sums = Sums(len(docs), options.replicates, 0)
@@ -162,6 +165,10 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
             for chunk, inputs in prepared:
                 if kind == "plain":
                     run.model(**inputs)
+                    continue
+                if kind == "eager-maps":  # the eager forward alone, returning its maps
+                    out = run.model(**inputs, output_attentions=True)
+                    del out
                     continue
                 batch = Batch(
                     indices=[i for i, _ in chunk],
@@ -264,11 +271,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--split",
+        nargs=2,
+        metavar=("MODEL", "T"),
+        help="only split one model's time: plain, headlab, eager maps alone, eager + statistics",
+    )
     parser.add_argument("--child", nargs=5, metavar=("MODEL", "T", "MODES", "TOKENS", "ROUNDS"))
     args = parser.parse_args()
     if args.child:
         name, length, modes, tokens, rounds = args.child
         print(json.dumps(child(name, int(length), modes.split(","), int(tokens), int(rounds))))
+        return
+    if args.split:
+        name, length = args.split[0], int(args.split[1])
+        ways = ["plain", "headlab", "eager-maps", "eager"]
+        t = run_child(name, length, ways, TOKENS_PER_RUN, args.rounds)
+        print(f"{name}, {length} tokens, best of {args.rounds} alternating rounds:")
+        print("| route | seconds |\n|---|---|")
+        for way in ways:
+            print(f"| {way} | {min(t['seconds'][way]):.2f} |")
         return
     grid = (
         [("minilm", 128)]

@@ -246,10 +246,7 @@ class HeadCapture:
         return rec, rec.q, rec.k
 
     def _check_heads(self, layer: int, heads: Sequence[int]) -> None:
-        n = self.lm.layout.heads_per_layer[layer]
-        bad = [h for h in heads if not 0 <= int(h) < n]
-        if bad:
-            raise InputError(f"heads {bad} out of range: layer {layer} has heads 0..{n - 1}")
+        _normalise_heads({layer: heads}, self.lm)  # the same one-line error as ablate=
 
     def pattern(
         self,

@@ -430,7 +430,6 @@ class GapBlocks:
         sums.add("coref.first", idx, first)
         self.from_pronoun = geo.from_words[torch.arange(n_batch), pronoun]  # (B, T)
         self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
-        self.n_heads = lm.layout.heads_per_layer
         self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
 
     def columns(self, layer: int) -> None:

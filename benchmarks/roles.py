@@ -195,7 +195,7 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
                     eager_blocks(maps, blocks)
                     del maps
                 else:
-                    with StreamingAttention(run, blocks, dtype=dtype):
+                    with StreamingAttention(run, blocks, dtype=dtype, stop_after_last=True):
                         run.model(**inputs)
         return time.perf_counter() - start, sums
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from tests.models.tiny import FAMILIES, build
+from torch import nn
 
 from headlab.models import HeadCapture, LoadedModel, encode, load
 
@@ -124,6 +125,46 @@ def test_streaming_attention_matches_eager_and_sdpa(
             assert (top - expect.amax(-1))[rows].abs().max() < 1e-5
             assert (mixed - expect @ columns[:, None]).abs().amax(-1)[rows].max() < 1e-5
         assert covered == n_tok
+
+
+def test_streaming_stop_after_last_sees_every_block_and_skips_the_rest(lm: LoadedModel) -> None:
+    """``stop_after_last``: the consumer gets the same blocks as from a whole forward pass, the
+    ``with`` block ends quietly at the forward call, and the last layer's MLP never runs."""
+    from headlab.models.streaming import StreamingAttention
+
+    _padding_side(lm)
+    batch = encode(lm, TEXTS)
+    columns = torch.rand(*batch["input_ids"].shape, 3, generator=torch.Generator().manual_seed(1))
+    whole, stopped = _Blocks(columns), _Blocks(columns)
+    inside = set(map(id, lm.layers[-1].attention.modules()))  # its q/k/v and o projections
+    leaves = [m for m in lm.model.modules() if not list(m.children())]
+    calls: list[nn.Module] = []
+    hooks = [m.register_forward_pre_hook(lambda m, _: calls.append(m)) for m in leaves]
+    reached = []
+    try:
+        with torch.no_grad():
+            with StreamingAttention(lm, whole):
+                lm.model(**batch)
+            n_whole = len(calls)
+            assert id(calls[-1]) not in inside  # the last layer's MLP (or norms) came after
+            calls.clear()
+            with StreamingAttention(lm, stopped, stop_after_last=True):
+                lm.model(**batch)
+                reached.append(True)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert not reached
+    assert len(calls) < n_whole and id(calls[-1]) in inside  # nothing after its attention
+    assert stopped.done == whole.done == list(range(lm.n_layers))
+    for layer in range(lm.n_layers):
+        for a, b in zip(whole.blocks[layer], stopped.blocks[layer], strict=True):
+            assert a[0] == b[0]
+            for x, y in zip(a[1:], b[1:], strict=True):
+                assert torch.equal(x, y)
+    # the model still works outside, with its normal outputs
+    with torch.no_grad():
+        assert lm.model(**batch).last_hidden_state.shape[:2] == batch["input_ids"].shape
 
 
 def test_head_outputs_equal_pattern_times_values(lm: LoadedModel) -> None:

@@ -128,13 +128,16 @@ def stream_corpus(
 
     ``consumer(batch)`` is called before the batch's forward pass (``batch.capture`` is
     ``None``) and returns what gets the blocks; no pattern is kept or recomputed afterwards.
+    Each forward pass ends after the last layer's attention (nothing later changes a pattern).
     """
     skipped: list[Skipped] = []
     for batch in _batches(lm, sentences, batch_tokens, progress, skipped):
         blocks = consumer(batch)
         with (
             torch.inference_mode(),
-            StreamingAttention(lm, blocks, block_elements=block_elements, dtype=dtype),
+            StreamingAttention(
+                lm, blocks, block_elements=block_elements, dtype=dtype, stop_after_last=True
+            ),
         ):
             lm.model(**batch.inputs)
     return skipped

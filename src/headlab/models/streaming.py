@@ -242,6 +242,10 @@ class StreamingAttention:
         consumer: gets ``columns``, ``block`` and ``layer_done`` calls during each forward pass.
         block_elements: about this many weights per block.
         dtype: precision of ``q k^T`` (default: the model's).
+        stop_after_last: end the forward pass as soon as every layer's attention has been
+            handed out: what comes after (the last layer's output projection and MLP, final
+            norms, any head on top) cannot change a pattern. The ``with`` block then ends at the
+            forward call, without an error, and the model returns nothing.
 
     Example:
         >>> with StreamingAttention(lm, consumer):   # doctest: +SKIP
@@ -255,6 +259,7 @@ class StreamingAttention:
         *,
         block_elements: int = 1 << 20,
         dtype: torch.dtype | None = None,
+        stop_after_last: bool = False,
     ) -> None:
         if block_elements < 1:
             raise InputError(f"block_elements must be 1 or more, got {block_elements}")
@@ -262,6 +267,8 @@ class StreamingAttention:
         self.consumer = consumer
         self.block_elements = block_elements
         self.dtype = dtype
+        self.stop_after_last = stop_after_last
+        self._pending: set[int] = set()  # layers not yet seen in this forward pass
         self._removers: list[Any] = []
         self._workspace = Workspace()
         # every layer of a forward pass gets the same mask tensor: its lengths are found once
@@ -322,20 +329,33 @@ class StreamingAttention:
                 lengths=self._lengths(mask, causal, n_queries, n_keys),
             )
             consumer.layer_done(layer)
+            if self.stop_after_last:
+                self._pending.discard(layer)
+                if not self._pending:
+                    self._pending = set(range(len(self.lm.layers)))
+                    raise _ForwardDone
             return out
 
         return attend
 
     def __enter__(self) -> StreamingAttention:
+        self._pending = set(range(len(self.lm.layers)))
         try:
             for layer, handles in enumerate(self.lm.layers):
                 self._removers.append(observe(handles.attention, self._layer(layer)))
         except BaseException:
-            self.__exit__()
+            self.__exit__(None)
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> bool:
         while self._removers:
             self._removers.pop()()
         self._mask = None
+        return exc_type is _ForwardDone
+
+
+class _ForwardDone(BaseException):
+    """Raised inside the model once every layer's attention has been seen
+    (``stop_after_last``); :class:`StreamingAttention` swallows it on exit. Not an
+    ``Exception``: no ``except Exception`` in model code may mistake it for an error."""

@@ -145,3 +145,62 @@ def test_fused_inference_projection_equals_the_autograd_path() -> None:
     assert fused.weights is not None and graph.weights is not None
     assert torch.allclose(fused.weights, graph.weights, atol=1e-12)
     assert torch.allclose(fused_padded, plain_padded, atol=1e-12)
+
+
+@pytest.mark.parametrize("masking", ["none", "padding", "causal"])
+def test_weights_on_huge_pages_match_torch(masking: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without autograd, large weights are written to memory mapped for huge pages: the same
+    numbers as torch, and they stay valid after everything else of the call is gone."""
+    import gc
+
+    from headlab.attention import memory
+
+    monkeypatch.setattr(memory, "HUGE_FROM", 0)  # every weights tensor takes that route
+    theirs, ours = _torch_pair(24, 4, bias=True)
+    x = torch.randn(3, 7, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    real = torch.ones(3, 7, dtype=torch.bool)
+    real[1, 4:] = False
+    kw_t: dict = {"key_padding_mask": ~real} if masking == "padding" else {}
+    kw_o: dict = {"key_padding_mask": real} if masking == "padding" else {}
+    if masking == "causal":
+        kw_t["attn_mask"] = ~torch.ones(7, 7, dtype=torch.bool).tril()
+        kw_o["is_causal"] = True
+    out_t, w_t = theirs(x, x, x, need_weights=True, average_attn_weights=False, **kw_t)
+    with torch.inference_mode():
+        res = ours.inspect(x, **kw_o)
+        head = res.weights[1] if res.weights is not None else None
+    del res
+    gc.collect()
+    assert head is not None
+    torch.testing.assert_close(head, w_t[1], atol=TOL, rtol=0)
+    with torch.inference_mode():
+        torch.testing.assert_close(ours.inspect(x, **kw_o).output, out_t, atol=TOL, rtol=0)
+
+
+def _resident_bytes() -> int:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_huge_page_tensors_are_sized_typed_and_returned() -> None:
+    """``memory.empty`` gives a writable tensor of the asked shape and dtype; a large one is a
+    mapping of its own, given back to the system with its last view."""
+    from headlab.attention import memory
+
+    small = memory.empty((3, 5), dtype=torch.float16, device=torch.device("cpu"))
+    assert small.shape == (3, 5) and small.dtype == torch.float16
+    if not memory.HUGE_PAGES:
+        pytest.skip("no transparent huge pages here")
+    shape = (memory.HUGE_FROM // 4 // 1024 + 1, 1024)
+    before = _resident_bytes()
+    for i in range(8):
+        big = memory.empty(shape, dtype=torch.float32, device=torch.device("cpu"))
+        view = big[1:]
+        del big
+        view.fill_(i)  # every page touched
+        assert view.shape == (shape[0] - 1, 1024) and float(view[-1, -1]) == i
+        assert view.data_ptr() % 4096 == 0  # its own mapping, past the first row's page
+        del view
+    assert _resident_bytes() - before < memory.HUGE_FROM  # 8 x 32 MiB touched, none kept

@@ -12,6 +12,7 @@ which costs no fault at all, so they are left to it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 from pathlib import Path
@@ -47,6 +48,8 @@ def empty(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -
     if device.type != "cpu" or n_bytes < HUGE_FROM or not HUGE_PAGES:
         return torch.empty(shape, dtype=dtype, device=device)
     region = mmap.mmap(-1, n_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    region.madvise(mmap.MADV_HUGEPAGE)
+    # a kernel that refuses the advice still gives a working mapping, in 4 KiB pages
+    with contextlib.suppress(OSError):
+        region.madvise(mmap.MADV_HUGEPAGE)
     # the tensor holds a reference to the mapping, which is unmapped with its last view
     return torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)

@@ -8,6 +8,9 @@ tensor and 11 ms into one advised ``MADV_HUGEPAGE`` (faulted 2 MiB at a time). P
 the same for every allocation of a process (``THP_MEM_ALLOC_ENABLE=1``); :func:`empty` does it
 for the tensors that gain from it. Smaller tensors come from the allocator's reused memory,
 which costs no fault at all, so they are left to it.
+
+Set ``headlab.attention.memory.HUGE_PAGES = False`` to turn it off (for example where memory is
+so fragmented that the kernel's compaction for huge pages costs more than it saves).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Prints, per shape (B, T, d_model, heads): forward and forward+backward times of both modules,
 with and without per-head weights (medians), the ratio headlab / torch (target <= 1.0; the median
-of the ratios of alternating blocks of calls, so that the machine's drift cancels), and the no-weights
-forward's FLOP rate as a share of a float32 GEMM measured on the same machine in the same run
-(target >= 70%).
+of the ratios of alternating blocks of calls, so that the machine's drift cancels, with their
+interquartile range), and the no-weights forward's FLOP rate as a share of a float32 GEMM
+measured on the same machine in the same run (target >= 70%).
 
     python benchmarks/attention.py [--repeats 40]
 """
@@ -39,8 +39,9 @@ def timeit(fn: Callable[[], object], repeats: int) -> float:
 
 def compare(
     a: Callable[[], object], b: Callable[[], object], repeats: int, block: int = 5
-) -> tuple[float, float, float]:
-    """Median seconds of ``a`` and ``b``, and the median ratio ``b / a`` of their blocks.
+) -> tuple[float, float, float, tuple[float, float]]:
+    """Median seconds of ``a`` and ``b``, the median ratio ``b / a`` of their blocks, and the
+    ratios' interquartile range (how much the shared machine moved them).
 
     Each runs in blocks of ``block`` consecutive calls (after one untimed call), blocks
     alternating and their order swapping every round, so that drifts of the shared machine hit
@@ -63,7 +64,13 @@ def compare(
             times[j] += own
             medians[j] = statistics.median(own)
         ratios.append(medians[1] / medians[0])
-    return statistics.median(times[0]), statistics.median(times[1]), statistics.median(ratios)
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return (
+        statistics.median(times[0]),
+        statistics.median(times[1]),
+        statistics.median(ratios),
+        (q1, q3),
+    )
 
 
 def gemm_rate(repeats: int) -> float:
@@ -85,12 +92,13 @@ def bench_shape(b: int, t: int, e: int, h: int, repeats: int) -> dict[str, float
     x = torch.randn(b, t, e)
     xg = x.clone().requires_grad_(True)
     res: dict[str, float] = {}
+    spread: dict[str, tuple[float, float]] = {}
 
     with torch.inference_mode():
-        res["torch_fwd"], res["ours_fwd"], res["ratio_fwd"] = compare(
+        (res["torch_fwd"], res["ours_fwd"], res["ratio_fwd"], spread["fwd"]) = compare(
             lambda: theirs(x, x, x, need_weights=False), lambda: ours(x), repeats
         )
-        res["torch_fwd_w"], res["ours_fwd_w"], res["ratio_fwd_w"] = compare(
+        (res["torch_fwd_w"], res["ours_fwd_w"], res["ratio_fwd_w"], spread["fwd_w"]) = compare(
             lambda: theirs(x, x, x, need_weights=True, average_attn_weights=False),
             lambda: ours.inspect(x, need_head_outputs=False, need_contributions=False),
             repeats,
@@ -106,13 +114,15 @@ def bench_shape(b: int, t: int, e: int, h: int, repeats: int) -> dict[str, float
         )
         (r.output.sum() + (r.weights.sum() if r.weights is not None else 0)).backward()
 
-    res["torch_fb"], res["ours_fb"], res["ratio_fb"] = compare(
+    (res["torch_fb"], res["ours_fb"], res["ratio_fb"], spread["fb"]) = compare(
         lambda: torch_fb(False), lambda: ours_fb(False), repeats
     )
-    res["torch_fb_w"], res["ours_fb_w"], res["ratio_fb_w"] = compare(
+    (res["torch_fb_w"], res["ours_fb_w"], res["ratio_fb_w"], spread["fb_w"]) = compare(
         lambda: torch_fb(True), lambda: ours_fb(True), repeats
     )
     res["flops"] = forward_flops(b, t, e)
+    for key, (low, high) in spread.items():
+        res[f"q1_{key}"], res[f"q3_{key}"] = low, high
     return res
 
 
@@ -127,7 +137,10 @@ def main() -> None:
         f"machine: {platform.machine()} {platform.processor() or ''} | torch {torch.__version__} "
         f"| threads {torch.get_num_threads()} | fp32 GEMM {rate / 1e9:.0f} GFLOP/s"
     )
-    print("| B, T, E, H | mode | torch ms | headlab ms | headlab/torch | fwd GFLOP/s (% of GEMM) |")
+    print(
+        "| B, T, E, H | mode | torch ms | headlab ms | headlab/torch (block ratios' IQR) "
+        "| fwd GFLOP/s (% of GEMM) |"
+    )
     print("|---|---|---|---|---|---|")
     for (b, t, e, h), r in results:
         for key, label in (
@@ -143,7 +156,7 @@ def main() -> None:
                 extra = f"{achieved / 1e9:.0f} ({100 * achieved / rate:.0f}%)"
             print(
                 f"| {b}, {t}, {e}, {h} | {label} | {tt * 1e3:.2f} | {oo * 1e3:.2f} "
-                f"| {r[f'ratio_{key}']:.2f} | {extra} |"
+                f"| {r[f'ratio_{key}']:.2f} ({r[f'q1_{key}']:.2f}-{r[f'q3_{key}']:.2f}) | {extra} |"
             )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -165,6 +166,33 @@ def test_streaming_stop_after_last_sees_every_block_and_skips_the_rest(lm: Loade
     # the model still works outside, with its normal outputs
     with torch.no_grad():
         assert lm.model(**batch).last_hidden_state.shape[:2] == batch["input_ids"].shape
+
+
+def test_stream_corpus_ends_each_forward_after_the_last_attention(lm: LoadedModel) -> None:
+    """``stream_corpus`` (what ``headlab roles`` runs on) hands every layer's blocks to its
+    consumers and never runs a module after the last layer's attention."""
+    from headlab.models import stream_corpus
+
+    _padding_side(lm)
+    inside = set(map(id, lm.layers[-1].attention.modules()))
+    passes: list[list[nn.Module]] = []  # the leaf modules each forward pass ran, in order
+    leaves = [m for m in lm.model.modules() if not list(m.children())]
+    hooks = [m.register_forward_pre_hook(lambda m, _: passes[-1].append(m)) for m in leaves]
+    consumers: list[_Blocks] = []
+
+    def consumer(batch: Any) -> _Blocks:
+        consumers.append(_Blocks(torch.zeros(*batch.inputs["input_ids"].shape, 3)))
+        passes.append([])
+        return consumers[-1]
+
+    try:
+        skipped = stream_corpus(lm, TEXTS, consumer, batch_tokens=32)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(consumers) >= 2 and len(skipped) < len(TEXTS)  # several batches
+    assert all(c.done == list(range(lm.n_layers)) for c in consumers)
+    assert all(ran and id(ran[-1]) in inside for ran in passes)
 
 
 def test_head_outputs_equal_pattern_times_values(lm: LoadedModel) -> None:

@@ -17,12 +17,12 @@ from headlab.models.words import Alignment
 #: up to this many (words x tokens), word sums use a dense product instead of a scatter
 DENSE_LIMIT = 1 << 16
 
-_PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’–—…«»¿¡")
+_PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~“”‘’–—…«»¿¡"
 
 
 def is_punctuation(word: str) -> bool:
     """A word made only of punctuation characters."""
-    return bool(word) and all(c in _PUNCT for c in word)
+    return bool(word) and not word.strip(_PUNCT)
 
 
 @dataclass(frozen=True, kw_only=True)

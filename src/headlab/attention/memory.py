@@ -2,9 +2,9 @@
 
 A fresh CPU tensor above glibc's largest mmap threshold (32 MiB on 64-bit Linux) is always a
 new anonymous mapping, which the kernel faults in one 4 KiB page at a time on first touch. For
-the ``(B, H, T, S)`` attention weights of a long input, those faults cost more than the matrix
-product that writes them: ``q k^T`` for 12 heads of 1,024 tokens took 20 ms into a fresh
-tensor and 11 ms into one advised ``MADV_HUGEPAGE`` (faulted 2 MiB at a time). PyTorch offers
+the ``(B, H, T, S)`` attention weights of a long input, those faults nearly double the time of
+the matrix product that writes them: ``q k^T`` for 12 heads of 1,024 tokens took 20 ms into a
+fresh tensor and 11 ms into one advised ``MADV_HUGEPAGE`` (faulted 2 MiB at a time). PyTorch offers
 the same for every allocation of a process (``THP_MEM_ALLOC_ENABLE=1``); :func:`empty` does it
 for the tensors that gain from it. Smaller tensors come from the allocator's reused memory,
 which costs no fault at all, so they are left to it.

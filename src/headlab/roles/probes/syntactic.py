@@ -53,7 +53,7 @@ def sentence_counts(
     """
     n = len(heads)
     n_offsets = len(OFFSETS)
-    # cells to count once each, as flat indices: a bincount builds both tensors at once (a nested
+    # flat cell indices, one entry per count: a bincount builds each tensor at once (a nested
     # list of R x 80 zeros per sentence cost more than everything else here)
     count_cells: list[int] = []  # r * 2 + direction
     base_cells: list[int] = []  # (r * 2 + direction) * offsets + offset

@@ -77,6 +77,10 @@ def documents(tokenizer: Any, length: int, n_tokens: int) -> list[Any]:
     return out
 
 
+#: the models this benchmark builds
+MODELS = ("minilm", "decoder-100M")
+
+
 def build_model(name: str, mode: str, dtype: torch.dtype) -> Any:
     """``(hf model, tokenizer)`` for ``name`` with the attention ``mode`` asks for."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -86,6 +90,8 @@ def build_model(name: str, mode: str, dtype: torch.dtype) -> Any:
     path = str(default_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     attn = "eager" if mode == "eager" else "sdpa"
+    if name not in MODELS:
+        raise SystemExit(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
     if name == "minilm":
         model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=attn)
     else:
@@ -285,6 +291,8 @@ def main() -> None:
         return
     if args.split:
         name, length = args.split[0], int(args.split[1])
+        if name not in MODELS:
+            parser.error(f"--split: unknown model {name!r}, expected one of {', '.join(MODELS)}")
         ways = ["plain", "headlab", "eager-maps", "eager"]
         t = run_child(name, length, ways, TOKENS_PER_RUN, args.rounds)
         print(f"{name}, {length} tokens, best of {args.rounds} alternating rounds:")

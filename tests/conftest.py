@@ -20,3 +20,19 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(params=["native", "torch"])
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with headlab's native row kernels, then with torch's ops alone (as on a
+    machine without a C compiler). CI must build the kernels: there, missing ones fail."""
+    from headlab import native
+
+    if request.param == "torch":
+        monkeypatch.setitem(native._state, "lib", None)
+        monkeypatch.setitem(native._state, "why", "turned off by the test")
+    elif native.kernels() is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"native kernels unavailable in CI: {native.why_not()}")
+        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    return str(request.param)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from headlab import native
 from headlab.models import align, default_model_path
 from headlab.roles import geometry
 from headlab.roles.bootstrap import Sums
@@ -103,6 +104,14 @@ def long_batch(tokenizer):
         n = a.n_tokens
         pattern[b, :, :n, :n] = torch.softmax(torch.randn(3, n, n, generator=gen) * 3, -1)
     return alignments, pattern, build_geometry(alignments, t, tokenizer, causal=False)
+
+
+@pytest.fixture(scope="module")
+def tied_batch(long_batch):
+    """The long sentences with weights rounded to quarters: many exact ties between words of
+    one token and words of several (the first word must win) and rows of zeros."""
+    alignments, pattern, geo = long_batch
+    return alignments, (pattern * 4).round() / 4, geo
 
 
 def _word_pattern(p: np.ndarray, a) -> np.ndarray:
@@ -245,8 +254,8 @@ def test_first_argmax_is_the_first_maximum() -> None:
     assert where[0, 0] == 0
 
 
-@pytest.mark.parametrize("data", ["batch", "long_batch"])
-@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("data", ["batch", "long_batch", "tied_batch"])
+@pytest.mark.parametrize("way", ["torch", "torch-chunked", "native"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("rows", [1, 2, 5, 7, 64])
 def test_word_argmax_from_blocks_of_rows_matches_loops(
@@ -254,13 +263,15 @@ def test_word_argmax_from_blocks_of_rows_matches_loops(
     data: str,
     causal: bool,
     rows: int,
-    chunked: bool,
+    way: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Long inputs get word argmaxes block by block (words cut by a block boundary, causal
-    blocks that see only earlier keys): the same words as loops over the whole pattern, also
-    when long rows take the chunked argmax."""
-    if chunked:
+    blocks that see only earlier keys): the same words as loops over the whole pattern, from
+    torch's steps (also when long rows take the chunked argmax) and from the native kernel."""
+    if way == "native" and native.kernels() is None:
+        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    if way == "torch-chunked":
         monkeypatch.setattr(geometry, "CHUNKED_FROM", 1)
     alignments, pattern, geo = request.getfixturevalue(data)
     if causal:  # renormalised lower triangle: what a causal head's blocks look like
@@ -268,7 +279,8 @@ def test_word_argmax_from_blocks_of_rows_matches_loops(
         pattern = pattern * torch.ones(n_tok, n_tok).tril()
         pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-9)
     assert any(len(set(a.token_to_word)) < a.n_tokens for a in alignments)  # multi-token words
-    stream = WordArgmaxStream(geo, pattern.shape[1])
+    stream = WordArgmaxStream(geo, pattern.shape[1], native=way == "native")
+    assert stream.native == (way == "native")
     n_tok = pattern.shape[2]
     for start in range(0, n_tok, rows):
         stop = min(n_tok, start + rows)
@@ -276,6 +288,34 @@ def test_word_argmax_from_blocks_of_rows_matches_loops(
         stream.add(pattern[:, :, start:stop, :seen], start)
     got = stream.result()
     _assert_word_argmax_matches_loops(got, alignments, pattern)
+
+
+@pytest.mark.parametrize("way", ["torch", "native"])
+def test_word_argmax_ties_between_split_words_go_to_the_first(tokenizer, way: str) -> None:
+    """Each row puts the same total weight on two words of several tokens that lie 16 split
+    words apart (the native kernel sums such words 16 at a time): the earlier word wins, as
+    with argmax, and a row's own word never does."""
+    if way == "native" and native.kernels() is None:
+        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    words = [w for rare in RARE.split() for w in ("the", rare)] * 3
+    a = align(tokenizer, words=words)
+    split = [w for w in range(len(a.words)) if a.token_to_word.count(w) > 1]
+    assert len(split) > 17
+    pattern = torch.zeros(1, 2, a.n_tokens, a.n_tokens)
+    for t in range(a.n_tokens):
+        for h, (x, y) in enumerate([(split[0], split[16]), (split[1], split[17])]):
+            for w in (x, y):
+                tokens = [s for s in range(a.n_tokens) if a.token_to_word[s] == w]
+                for s in tokens:
+                    pattern[0, h, t, s] = 0.25 / len(tokens)
+    one = build_geometry([a], a.n_tokens, tokenizer, causal=False)
+    stream = WordArgmaxStream(one, 2, native=way == "native")
+    for start in range(0, a.n_tokens, 5):
+        stream.add(pattern[:, :, start : start + 5], start)
+    got = stream.result()
+    _assert_word_argmax_matches_loops(got, [a], pattern)
+    assert int(got[0, 0, split[5]]) == split[0]
+    assert int(got[0, 0, split[0]]) == split[16]  # its own word is excluded
 
 
 def test_fixed_offset_baseline_by_hand() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from headlab import native
 from headlab.errors import InputError
 from headlab.models.interface import observe
 from headlab.models.loading import LoadedModel
@@ -123,8 +124,11 @@ def attention_blocks(
             (:func:`key_lengths` of it); found from ``mask`` when not given.
 
     Entropy is ``log Z - sum_j p_j s_j`` with ``log Z = s_max - log p_max``: no logarithm per
-    weight. A row that sees no key gets uniform weights (only padding rows can; callers do not
-    count them). Masks of right padding (keys from each row's length on) and the causal triangle
+    weight. On CPU, with :mod:`headlab.native`'s kernels built, each row's scores (float32, no
+    bias, no mask beyond right padding and the causal triangle) or else its softmax, largest
+    weight and entropy come from one pass per row; otherwise from torch's ops. A row that sees
+    no key gets uniform weights (only padding rows can; callers do not count them). Masks of
+    right padding (keys from each row's length on) and the causal triangle
     are filled as slices; other masks cell by cell.
     """
     n_batch, n_heads, n_queries, d = query.shape
@@ -134,9 +138,8 @@ def attention_blocks(
     group = n_heads // n_kv
     dtype = dtype or query.dtype
     offset = n_keys - n_queries  # causal alignment (keys already cached)
-    # heads laid out one after another (a model's head view of (B, S, Hkv, D) is not): else
-    # every block's product would copy all of the keys and values again
-    k_t = key.to(dtype).contiguous().transpose(-2, -1)  # (B, Hkv, D, S)
+    # keys and values are laid out head after head (a model's head view of (B, S, Hkv, D) is
+    # not): else every block's product would copy all of them again
     # a few float32 columns ride along in the values' product; many columns (copied once per
     # key/value head there) and lower precisions (the sums stay float32) get a product of their
     # own, over all heads' rows at once
@@ -153,44 +156,34 @@ def attention_blocks(
         lengths = key_lengths(mask, causal, n_queries, n_keys)
     if lengths is not None:
         mask = None  # the lengths (and the causal triangle) say everything it says
+    fused = query.device.type == "cpu" and native.kernels() is not None
+    # without a bias or a mask beyond right padding and the causal triangle, in float32, the
+    # native kernel computes each row's scores and softmax in one pass
+    one_pass = fused and dtype == torch.float32 and bias is None and mask is None
+    if one_pass:
+        q_scaled = (query.float() * scaling).contiguous()  # (B, H, T, D)
+        keys_t = key.float().transpose(-2, -1).contiguous()  # (B, Hkv, D, S)
+        key_counts = None if lengths is None else torch.tensor(lengths, dtype=torch.long)
+    else:
+        k_t = key.to(dtype).contiguous().transpose(-2, -1)  # (B, Hkv, D, S)
     for start in range(0, n_queries, rows):
         stop = min(n_queries, start + rows)
         t = stop - start
         seen = min(n_keys, stop + offset) if causal else n_keys  # keys this block can see
-        q_rows = query[:, :, start:stop].to(dtype) * scaling  # (B, H, t, D)
-        q_rows = q_rows.reshape(n_batch, n_kv, group * t, d)  # heads of a KV group stacked
-        shape = (n_batch, n_kv, group * t, seen)
-        scores = workspace.get("scores", shape, query, torch.float32)  # (B, Hkv, g t, s)
-        if dtype == torch.float32:
-            torch.matmul(q_rows, k_t[..., :seen], out=scores)
+        if one_pass:  # scores, masks and softmax row by row (headlab.native)
+            weights = workspace.get("scores", (n_batch, n_heads, t, seen), query, torch.float32)
+            top = query.new_empty(n_batch, n_heads, t, dtype=torch.float32)
+            entropy = torch.empty_like(top)
+            native.attend_rows(
+                q_scaled, keys_t, start, t, seen, lengths=key_counts, causal=causal,
+                weights=weights, top=top, entropy=entropy,
+            )  # fmt: skip
         else:
-            scores.copy_(
-                torch.matmul(q_rows, k_t[..., :seen], out=workspace.get("qk", shape, query, dtype))
-            )
-        scores = scores.view(n_batch, n_heads, t, seen)  # (B, H, t, s)
-        if bias is not None:
-            scores.add_(_rows(bias, start, stop, n_queries)[..., :seen].float())
-        if mask is not None:
-            m = _rows(mask, start, stop, n_queries)[..., :seen]
-            if m.dtype == torch.bool:
-                scores.masked_fill_(~m, MASKED)
-            else:
-                scores.add_(m.float().clamp_min(MASKED))
-        if lengths is not None:
-            for b, n in enumerate(lengths):
-                if n < seen:
-                    scores[b, ..., n:].fill_(MASKED)
-        if causal:  # only the last t keys can lie after a row of this block
-            first = max(0, seen - t)
-            row = torch.arange(start, stop, device=query.device)[:, None] + offset
-            later = torch.arange(first, seen, device=query.device)[None, :] > row  # (t, <=t)
-            scores[..., first:].masked_fill_(later, MASKED)
-        s_max = scores.amax(dim=-1)  # (B, H, t)
-        weights = workspace.get("weights", scores.shape, query, torch.float32)
-        torch.ops.aten._softmax.out(scores, -1, False, out=weights)  # (B, H, t, s)
-        top = weights.amax(dim=-1)  # (B, H, t)
-        entropy = s_max - top.log() - scores.mul_(weights).sum(-1)  # scores are spent
-        del scores
+            weights, top, entropy = _block_weights(
+                query, k_t, start, stop, seen, scaling=scaling, dtype=dtype, group=group,
+                mask=mask, bias=bias, lengths=lengths, causal=causal, offset=offset,
+                fused=fused, workspace=workspace,
+            )  # fmt: skip
         mixed_w = weights.to(value.dtype).view(n_batch, n_kv, group * t, seen)
         product = torch.matmul(mixed_w, values[:, :, :seen])  # (B, Hkv, g t, D [+ X])
         product = product.view(n_batch, n_heads, t, -1)
@@ -203,6 +196,72 @@ def attention_blocks(
         on_block(start, weights, entropy, top, mixed)
         out[:, start:stop] = product[..., :d].transpose(1, 2)
     return out
+
+
+def _block_weights(
+    query: torch.Tensor,
+    k_t: torch.Tensor,
+    start: int,
+    stop: int,
+    seen: int,
+    *,
+    scaling: float,
+    dtype: torch.dtype,
+    group: int,
+    mask: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    lengths: list[int] | None,
+    causal: bool,
+    offset: int,
+    fused: bool,
+    workspace: Workspace,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One block's weights ``(B, H, t, s)``, largest weights and entropies ``(B, H, t)`` from
+    torch's products (any mask, bias and precision); the softmax in one native pass per row
+    when ``fused``."""
+    n_batch, n_heads, n_queries, d = query.shape
+    n_kv = k_t.shape[1]
+    t = stop - start
+    q_rows = query[:, :, start:stop].to(dtype) * scaling  # (B, H, t, D)
+    q_rows = q_rows.reshape(n_batch, n_kv, group * t, d)  # heads of a KV group stacked
+    shape = (n_batch, n_kv, group * t, seen)
+    scores = workspace.get("scores", shape, query, torch.float32)  # (B, Hkv, g t, s)
+    if dtype == torch.float32:
+        torch.matmul(q_rows, k_t[..., :seen], out=scores)
+    else:
+        scores.copy_(
+            torch.matmul(q_rows, k_t[..., :seen], out=workspace.get("qk", shape, query, dtype))
+        )
+    scores = scores.view(n_batch, n_heads, t, seen)  # (B, H, t, s)
+    if bias is not None:
+        scores.add_(_rows(bias, start, stop, n_queries)[..., :seen].float())
+    if mask is not None:
+        m = _rows(mask, start, stop, n_queries)[..., :seen]
+        if m.dtype == torch.bool:
+            scores.masked_fill_(~m, MASKED)
+        else:
+            scores.add_(m.float().clamp_min(MASKED))
+    if lengths is not None:
+        for b, n in enumerate(lengths):
+            if n < seen:
+                scores[b, ..., n:].fill_(MASKED)
+    if causal:  # only the last t keys can lie after a row of this block
+        first = max(0, seen - t)
+        row = torch.arange(start, stop, device=query.device)[:, None] + offset
+        later = torch.arange(first, seen, device=query.device)[None, :] > row  # (t, <=t)
+        scores[..., first:].masked_fill_(later, MASKED)
+    if fused:  # one pass per row (headlab.native), the weights over the scores
+        weights = scores
+        top = query.new_empty(n_batch, n_heads, t, dtype=torch.float32)
+        entropy = torch.empty_like(top)
+        native.softmax_rows(scores, weights, top, entropy)
+    else:
+        weights = workspace.get("weights", scores.shape, query, torch.float32)
+        s_max = scores.amax(dim=-1)  # (B, H, t)
+        torch.ops.aten._softmax.out(scores, -1, False, out=weights)  # (B, H, t, s)
+        top = weights.amax(dim=-1)  # (B, H, t)
+        entropy = s_max - top.log() - scores.mul_(weights).sum(-1)  # scores are spent
+    return weights, top, entropy
 
 
 def key_lengths(

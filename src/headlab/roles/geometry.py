@@ -13,6 +13,8 @@ from typing import Any
 import torch
 
 from headlab.models.words import Alignment
+from headlab.native import WordTable, kernels
+from headlab.native import word_argmax_rows as native_word_argmax_rows
 
 #: up to this many (words x tokens), word sums use a dense product instead of a scatter
 DENSE_LIMIT = 1 << 16
@@ -161,7 +163,14 @@ class WordArgmaxStream:
     Shape: blocks ``(B, H, t, s)`` -> :meth:`result` ``(B, H, W)``.
     """
 
-    def __init__(self, geo: Geometry, n_heads: int, buffer: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        geo: Geometry,
+        n_heads: int,
+        buffer: torch.Tensor | None = None,
+        *,
+        native: bool = True,
+    ) -> None:
         self.geo = geo
         n_batch, n_words = geo.word_real.shape
         self.n_real = geo.word_real.sum(1)  # (B,)
@@ -176,9 +185,21 @@ class WordArgmaxStream:
         self.carry_word = torch.full((n_batch,), -1, dtype=torch.long)  # -1: nothing carried
         #: scratch (reused, also by the next layer's stream: fresh large buffers cost page faults)
         self.buffer = buffer
+        # the native kernel (headlab.native) sums each head's current word row by row
+        self.native = native and geo.token_word.device.type == "cpu" and kernels() is not None
+        if self.native:
+            self.table = _word_table(geo, self.key_word, self.n_real)
+            self.acc = torch.zeros(n_batch, n_heads, geo.token_word.shape[1])
+            self.current = torch.full((n_batch,), -1, dtype=torch.long)
+            self.argmax = torch.zeros(n_batch, n_heads, n_words, dtype=torch.long)
 
     def add(self, pattern: torch.Tensor, start: int) -> None:
         """Token rows ``start:start+t`` of every head, ``(B, H, t, s)``."""
+        if self.native:
+            self.current = native_word_argmax_rows(
+                pattern.float(), start, self.table, self.acc, self.current, self.argmax
+            )
+            return
         n_batch, n_heads, n_rows, n_keys = pattern.shape
         n_words = self.blocked.shape[1]
         stop = start + n_rows
@@ -257,7 +278,41 @@ class WordArgmaxStream:
 
     def result(self) -> torch.Tensor:
         """``(B, H, W)``: each word's most attended word, as :meth:`Geometry.word_argmax`."""
+        if self.native:
+            if bool((self.current >= 0).any()):  # words still open: the rows ended
+                empty = self.acc.new_empty(*self.acc.shape[:2], 0, 0)
+                self.current = native_word_argmax_rows(
+                    empty, 0, self.table, self.acc, self.current, self.argmax, finish=True
+                )
+            return self.argmax
         return self.argmax[..., :-1]
+
+
+def _word_table(geo: Geometry, key_word: torch.Tensor, n_real: torch.Tensor) -> WordTable:
+    """The batch's words as the native word argmax takes them."""
+    n_batch, n_words = geo.word_real.shape
+    sizes = torch.zeros(n_batch, n_words + 1, dtype=torch.long)
+    sizes.scatter_add_(1, geo.token_word, torch.ones_like(geo.token_word))
+    sizes = sizes[:, :n_words]  # (B, W) tokens per word
+    first = torch.cumsum(sizes, 1) - sizes  # (B, W) words are consecutive tokens, in order
+    candidate = geo.candidates  # (B, W)
+    single = candidate & (sizes == 1)
+    word = key_word.clamp_max(n_words - 1)
+    allowed = single.gather(1, word) & (key_word < n_real[:, None])  # (B, T)
+    multi = [(candidate[b] & (sizes[b] > 1)).nonzero().flatten() for b in range(n_batch)]
+    spans = torch.zeros(n_batch, 3, max(1, max(len(m) for m in multi)), dtype=torch.int32)
+    for b, m in enumerate(multi):
+        spans[b, 0, : len(m)] = m.int()
+        spans[b, 1, : len(m)] = first[b, m].int()
+        spans[b, 2, : len(m)] = sizes[b, m].int()
+    return WordTable(
+        key_word=key_word.contiguous(),
+        n_real=n_real.contiguous(),
+        allowed=allowed.to(torch.uint8).contiguous(),
+        first_token=first.contiguous(),
+        spans=spans,
+        n_spans=torch.tensor([len(m) for m in multi], dtype=torch.long),
+    )
 
 
 def build_geometry(

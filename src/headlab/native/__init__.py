@@ -1,0 +1,268 @@
+"""Optional native row kernels (``rows.c``): the per-row steps of head statistics in one pass.
+
+torch runs a softmax, its row maxima, the entropy and a word argmax as separate passes over a
+whole block of attention weights, each reading megabytes from memory. ``rows.c`` does each
+row's steps while the row is in the L1 cache. It is plain C, compiled on first use with the
+system's C compiler (``$CC``, else ``cc``) for this CPU, cached under ``$HEADLAB_CACHE`` (default
+``~/.cache/headlab``) and loaded with ctypes; no Python or torch headers are needed.
+
+Everything has a torch fallback that gives the same results to float rounding: without a
+compiler, off Linux or macOS, with ``HEADLAB_NATIVE=0``, or when the build fails, :func:`kernels`
+returns ``None`` and :func:`why_not` says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SOURCE = Path(__file__).with_name("rows.c")
+#: tried first; without it (a compiler with no OpenMP), the kernels run on one thread each
+#: and :func:`parallel` splits them across Python threads
+OPENMP = ("-fopenmp",)
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp-simd",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-std=c99",
+    "-shared",
+    "-fPIC",
+)
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+#: each kernel's arguments: p a pointer, q a pointer or None, i int64, b int32
+_SIGNATURES = {
+    "softmax_rows": "ppppiii",
+    "attend_rows": "pppppiiiiiiiiqbiii",
+    "word_argmax_rows": "piiipiipppippippppbii",
+}
+_CTYPES = {"p": ctypes.c_void_p, "q": ctypes.c_void_p, "i": ctypes.c_int64, "b": ctypes.c_int32}
+
+
+def cache_dir() -> Path:
+    """Where built kernels are kept: ``$HEADLAB_CACHE``, else ``~/.cache/headlab``."""
+    root = os.environ.get("HEADLAB_CACHE")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "headlab"
+
+
+def _cpu_key() -> str:
+    """What ``-march=native`` depends on: a library built on another CPU may not run here."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build(compiler: str, flags: tuple[str, ...]) -> Path:
+    """The shared library for this source, flags and CPU (built now when not cached)."""
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(
+        b"\0".join([source, " ".join(flags).encode(), compiler.encode(), _cpu_key().encode()])
+    ).hexdigest()[:16]
+    folder = cache_dir()
+    target = folder / f"rows-{key}{'.dylib' if sys.platform == 'darwin' else '.so'}"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rows-", suffix=target.suffix)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [compiler, *flags, "-o", tmp, str(SOURCE), "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise OSError(f"{compiler} failed: {last}")
+        os.replace(tmp, target)  # atomic: a concurrent build or reader never sees half a file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _load() -> tuple[Any, str]:
+    if os.environ.get("HEADLAB_NATIVE", "1") == "0":
+        return None, "HEADLAB_NATIVE=0"
+    if sys.platform not in ("linux", "darwin"):
+        return None, f"native kernels are built on Linux and macOS only, not {sys.platform}"
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        return None, "no C compiler found ($CC, cc or gcc)"
+    try:
+        try:
+            path = _build(compiler, FLAGS + OPENMP)
+        except (OSError, subprocess.SubprocessError):
+            path = _build(compiler, FLAGS)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"building the native kernels failed: {err}"
+    lib.headlab_openmp.restype = ctypes.c_int
+    for name, args in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = [_CTYPES[a] for a in args], None
+    return lib, ""
+
+
+def kernels() -> Any:
+    """The loaded library (built on first call), or ``None``; see :func:`why_not`."""
+    with _lock:
+        if "lib" not in _state:
+            _state["lib"], _state["why"] = _load()
+    return _state["lib"]
+
+
+def why_not() -> str:
+    """Why :func:`kernels` is ``None`` (empty when the kernels are in use)."""
+    kernels()
+    return str(_state["why"])
+
+
+def reset() -> None:
+    """Forget the loaded library, so that the next :func:`kernels` looks again (tests)."""
+    with _lock:
+        _state.clear()
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def parallel(fn: Callable[[int, int], None], n: int, *, min_share: int = 1) -> None:
+    """``fn(first, last)`` over ``range(n)``: in one call when the kernels split their loops
+    with OpenMP, else over slices, one per torch thread (at least ``min_share`` items each), the
+    last on the calling thread (ctypes calls release the GIL, so the slices run at once)."""
+    global _pool
+    if kernels().headlab_openmp():  # the kernel splits its loop itself
+        fn(0, n)
+        return
+    parts = max(1, min(torch.get_num_threads(), n // max(1, min_share)))
+    if parts == 1:
+        fn(0, n)
+        return
+    if _pool is None or _pool._max_workers < parts - 1:
+        _pool = ThreadPoolExecutor(max_workers=parts - 1, thread_name_prefix="headlab-rows")
+    bounds = [n * k // parts for k in range(parts + 1)]
+    futures = [_pool.submit(fn, bounds[k], bounds[k + 1]) for k in range(parts - 1)]
+    fn(bounds[-2], bounds[-1])
+    for f in futures:
+        f.result()
+
+
+def pointer(t: torch.Tensor) -> int:
+    """The address of a contiguous CPU tensor's first element."""
+    if not t.is_contiguous() or t.device.type != "cpu":
+        raise ValueError("native kernels need contiguous CPU tensors")
+    return int(t.data_ptr())
+
+
+def softmax_rows(
+    scores: torch.Tensor, weights: torch.Tensor, top: torch.Tensor, entropy: torch.Tensor
+) -> None:
+    """Row softmax of float32 ``scores (..., n)`` into ``weights``, with each row's largest
+    weight ``top (...)`` and entropy in nats (all contiguous, written in place)."""
+    lib = kernels()
+    n_cols = scores.shape[-1]
+    n_rows = scores.numel() // max(1, n_cols)
+    args = (pointer(scores), pointer(weights), pointer(top), pointer(entropy), n_cols)
+    parallel(lambda a, b: lib.softmax_rows(*args, a, b), n_rows, min_share=8)
+
+
+def attend_rows(
+    query: torch.Tensor,
+    keys_t: torch.Tensor,
+    start: int,
+    n_rows: int,
+    seen: int,
+    *,
+    lengths: torch.Tensor | None,
+    causal: bool,
+    weights: torch.Tensor,
+    top: torch.Tensor,
+    entropy: torch.Tensor,
+) -> None:
+    """Attention weights of query rows ``start:start+n_rows`` over keys ``0:seen`` in one pass
+    per row (see ``rows.c``): float32 ``query (B, H, T, D)`` already scaled, ``keys_t (B, Hkv,
+    D, S)``, ``lengths (B,)`` int64 keys per sentence (right padding) or ``None``, ``causal``
+    (bottom-right aligned); writes ``weights (B, H, t, s)``, ``top`` and ``entropy (B, H,
+    t)``."""
+    lib = kernels()
+    n_batch, n_heads, n_queries, d = query.shape
+    n_kv, n_keys = keys_t.shape[1], keys_t.shape[3]
+    args = (
+        pointer(query), pointer(keys_t), pointer(weights), pointer(top), pointer(entropy),
+        n_heads, n_heads // n_kv, n_queries, n_keys, d, start, n_rows, seen,
+        pointer(lengths) if lengths is not None else None, int(causal), n_keys - n_queries,
+    )  # fmt: skip
+    parallel(lambda a, b: lib.attend_rows(*args, a, b), n_batch * n_heads)
+
+
+@dataclass(frozen=True)
+class WordTable:
+    """What :func:`word_argmax_rows` needs to know about a padded batch's words (all CPU,
+    contiguous): ``key_word (B, T)`` each token's word (padding: the number of real words),
+    ``n_real (B,)``, ``allowed (B, T)`` uint8, 1 on the token of a real, non-special word of one
+    token, ``first_token (B, W)``, ``spans (B, 3, M)`` int32, the real, non-special words of
+    several tokens in order: the words, their first tokens and their numbers of tokens, and
+    ``n_spans (B,)`` how many."""
+
+    key_word: torch.Tensor
+    n_real: torch.Tensor
+    allowed: torch.Tensor
+    first_token: torch.Tensor
+    spans: torch.Tensor
+    n_spans: torch.Tensor
+
+
+def word_argmax_rows(
+    weights: torch.Tensor,
+    start: int,
+    table: WordTable,
+    acc: torch.Tensor,
+    current: torch.Tensor,
+    argmax: torch.Tensor,
+    *,
+    finish: bool = False,
+) -> torch.Tensor:
+    """Feed token rows ``start:start+t`` of float32 weights ``(B, H, t, s)`` to each head's word
+    argmax (see ``rows.c``): running token sums ``acc (B, H, T)`` float32 and ``argmax (B, H,
+    W)`` int64 are updated in place; ``current (B,)`` is the word open before the block.
+    Returns the word open after it (``-1``: none; ``finish`` closes every open word)."""
+    lib = kernels()
+    n_batch, n_heads, n_rows, n_keys = weights.shape
+    weights = weights.contiguous()
+    following = torch.empty_like(current)
+    t = table
+    args = (
+        pointer(weights), n_heads, n_rows, n_keys, pointer(t.key_word), t.key_word.shape[1],
+        start, pointer(t.n_real), pointer(t.allowed), pointer(t.first_token),
+        t.first_token.shape[1], pointer(t.spans), pointer(t.n_spans), t.spans.shape[2],
+        pointer(acc), pointer(current), pointer(following), pointer(argmax), int(finish),
+    )  # fmt: skip
+    parallel(lambda a, b: lib.word_argmax_rows(*args, a, b), n_batch * n_heads)
+    return following

@@ -1,0 +1,149 @@
+"""headlab.native: the C row kernels agree with float64 torch, build once, and fall back cleanly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from headlab import native
+
+
+@pytest.fixture
+def lib() -> object:
+    if native.kernels() is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"native kernels unavailable in CI: {native.why_not()}")
+        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    return native.kernels()
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """An empty kernel cache; the kernels are looked up again before and after the test."""
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path))
+    native.reset()
+    yield tmp_path
+    monkeypatch.undo()
+    native.reset()
+
+
+@pytest.mark.parametrize("n_cols", [1, 5, 16, 37, 512])
+def test_softmax_rows_match_float64(lib: object, n_cols: int) -> None:
+    """Weights, each row's largest weight and entropy as float64 torch gives them; masked
+    scores (-1e30) get exactly zero weight, a fully masked row uniform weights."""
+    g = torch.Generator().manual_seed(n_cols)
+    scores = torch.randn(3, 4, 7, n_cols, generator=g) * 4
+    if n_cols > 3:
+        scores[0, :, :, n_cols // 2 :] = -1e30
+    scores[1, 2, 3] = -1e30
+    weights = torch.empty_like(scores)
+    top, entropy = torch.empty(3, 4, 7), torch.empty(3, 4, 7)
+    native.softmax_rows(scores, weights, top, entropy)
+    expect = torch.softmax(scores.double(), -1)
+    assert (weights - expect).abs().max() < 2e-6
+    assert torch.equal(top, weights.amax(-1))
+    assert (entropy - -torch.xlogy(expect, expect).sum(-1)).abs().max() < 2e-5
+    if n_cols > 3:
+        assert bool((weights[0, :, :, n_cols // 2 :] == 0).all())
+    assert torch.allclose(weights[1, 2, 3], torch.full((n_cols,), 1 / n_cols))
+
+
+@pytest.mark.parametrize(("group", "causal", "extra"), [(1, False, 0), (3, True, 0), (2, True, 5)])
+@pytest.mark.parametrize(("start", "rows"), [(0, 9), (6, 3), (11, 1)])
+def test_attend_rows_match_torch(
+    lib: object, group: int, causal: bool, extra: int, start: int, rows: int
+) -> None:
+    """Scores and softmax of a block of rows with right padding, the causal triangle (keys
+    already cached: ``extra``) and key/value heads shared by ``group`` query heads, as float64
+    torch computes them from the whole matrices."""
+    g = torch.Generator().manual_seed(start + rows)
+    n_batch, n_kv, n_q, d = 3, 2, 12, 24
+    n_keys = n_q + extra
+    query = torch.randn(n_batch, n_kv * group, n_q, d, generator=g) * 0.4
+    keys = torch.randn(n_batch, n_kv, n_keys, d, generator=g)
+    lengths = torch.tensor([n_keys, n_keys - 4, 0])  # the last sentence sees no key at all
+    stop = start + rows
+    seen = min(n_keys, stop + extra) if causal else n_keys
+    weights = torch.empty(n_batch, n_kv * group, rows, seen)
+    top, entropy = (
+        torch.empty(n_batch, n_kv * group, rows),
+        torch.empty(n_batch, n_kv * group, rows),
+    )
+    native.attend_rows(
+        query.contiguous(),
+        keys.transpose(-2, -1).contiguous(),
+        start,
+        rows,
+        seen,
+        lengths=lengths,
+        causal=causal,
+        weights=weights,
+        top=top,
+        entropy=entropy,
+    )
+    k = keys.double().repeat_interleave(group, dim=1)
+    scores = query.double()[:, :, start:stop] @ k.transpose(-2, -1)  # (B, H, t, S)
+    visible = torch.arange(n_keys)[None, None, None, :] < lengths[:, None, None, None]
+    if causal:
+        row = torch.arange(start, stop)[:, None] + extra
+        visible = visible & (torch.arange(n_keys)[None, :] <= row)
+    expect = torch.softmax(scores.masked_fill(~visible, -1e30), -1)[..., :seen]
+    assert (weights[:2] - expect[:2]).abs().max() < 2e-6
+    assert torch.equal(top, weights.amax(-1))
+    ent = -torch.xlogy(expect, expect).sum(-1)
+    assert (entropy[:2] - ent[:2]).abs().max() < 2e-5
+    assert torch.allclose(weights[2], torch.full_like(weights[2], 1 / seen))  # no key: uniform
+
+
+def test_kernels_build_once_into_the_cache(fresh: Path) -> None:
+    """The first use builds the library into ``$HEADLAB_CACHE``; a new process (here: a reset)
+    loads that file instead of building again."""
+    if native.kernels() is None:
+        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    built = list(fresh.glob("rows-*"))
+    assert len(built) == 1 and not list(fresh.glob(".rows-*"))  # no half-written file left
+    stamp = built[0].stat().st_mtime_ns
+    native.reset()
+    assert native.kernels() is not None
+    assert [p.stat().st_mtime_ns for p in fresh.glob("rows-*")] == [stamp]
+
+
+def test_without_openmp_python_threads_split_the_rows(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler without OpenMP still gives working kernels: Python threads split the rows,
+    with the same results."""
+    if native.kernels() is None:
+        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    scores = torch.randn(4, 6, 100, generator=torch.Generator().manual_seed(1))
+    out = [torch.empty_like(scores), torch.empty(4, 6), torch.empty(4, 6)]
+    native.softmax_rows(scores, *out)
+    monkeypatch.setattr(native, "OPENMP", ())
+    native.reset()
+    assert native.kernels().headlab_openmp() == 0
+    again = [torch.empty_like(scores), torch.empty(4, 6), torch.empty(4, 6)]
+    native.softmax_rows(scores, *again)
+    for a, b in zip(out, again, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"HEADLAB_NATIVE": "0"}, "HEADLAB_NATIVE=0"),
+        ({"CC": "/nonexistent/cc"}, "building the native kernels failed"),
+    ],
+)
+def test_no_kernels_says_why(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], reason: str
+) -> None:
+    """Turned off, or with a compiler that cannot run, headlab uses torch's ops and says why."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert native.kernels() is None
+    assert reason in native.why_not()
+    assert not list(fresh.glob("*rows-*"))

@@ -204,3 +204,23 @@ def test_huge_page_tensors_are_sized_typed_and_returned() -> None:
         assert view.data_ptr() % 4096 == 0  # its own mapping, past the first row's page
         del view
     assert _resident_bytes() - before < memory.HUGE_FROM  # 8 x 32 MiB touched, none kept
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_float32_inference_matches_float64(causal: bool, n_kv_heads: int) -> None:
+    """Float32 inference (fused projections, in-place softmax, no autograd): per-head weights
+    and outputs as the float64 autograd path gives them, for MHA, GQA and MQA, causal or not."""
+    import copy
+
+    torch.manual_seed(5)
+    ours = MultiHeadAttention(d_model=32, n_heads=4, n_kv_heads=n_kv_heads, bias=True).eval()
+    x = torch.randn(3, 37, 32)
+    with torch.inference_mode():
+        fast = ours.inspect(x, is_causal=causal)
+    ref = copy.deepcopy(ours).double().inspect(x.double(), is_causal=causal)
+    assert fast.weights is not None and ref.weights is not None
+    assert (fast.weights.double() - ref.weights).abs().max() < 2e-6
+    assert (fast.output.double() - ref.output).abs().max() < 1e-5
+    if causal:
+        assert bool((fast.weights.triu(1) == 0).all())

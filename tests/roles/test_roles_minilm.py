@@ -217,3 +217,35 @@ def test_bf16_scores_stay_close_to_float32(capsys: pytest.CaptureFixture[str]) -
     for a, b in zip(runs[False], runs[True], strict=True):
         for key in ("positional", "previous", "delimiter", "broad"):
             assert abs(a["scores"][key] - b["scores"][key]) < 0.03, key
+
+
+def test_roles_without_native_kernels_say_so_and_agree(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where no C compiler works, ``headlab roles`` still runs on torch's ops, says so in one
+    line on stderr, and measures the same roles as with the native kernels."""
+    import csv
+    import io
+
+    from headlab import native
+
+    argv = ["roles", "--limit", "20", "--replicates", "0", "--no-gap", "--csv"]
+    assert main(argv) == 0
+    fast = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    native.reset()
+    try:
+        assert main(argv) == 0
+        out = capsys.readouterr()
+    finally:
+        monkeypatch.undo()
+        native.reset()
+    slow = list(csv.DictReader(io.StringIO(out.out)))
+    note = [line for line in out.err.splitlines() if "note:" in line]
+    assert len(note) == 1 and "building the native kernels failed" in note[0]
+    assert [r["role"] for r in slow] == [r["role"] for r in fast]
+    for a, b in zip(fast, slow, strict=True):
+        for key, value in a.items():
+            if value and value.replace(".", "", 1).replace("-", "", 1).isdigit():
+                assert abs(float(value) - float(b[key])) < 1e-3, (a["layer"], a["head"], key)

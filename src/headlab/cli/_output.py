@@ -38,3 +38,19 @@ def human_count(n: float) -> str:
             return f"{value:.0f}" if unit == "" else f"{value:.2f}{unit}"
         value /= 1000
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def native_note(prog: str) -> None:
+    """One line on stderr when headlab's native row kernels cannot be used (and were not
+    turned off on purpose): head statistics then run on torch's ops alone, more slowly."""
+    import os
+
+    from headlab import native
+
+    if native.kernels() is None and os.environ.get("HEADLAB_NATIVE", "1") != "0":
+        print(
+            f"{prog}: note: {native.why_not()}; head statistics use torch's ops (slower). "
+            "HEADLAB_NATIVE=0 silences this.",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headlab.cli._output import native_note
 from headlab.cli.heads import LESSON_SENTENCE
 
 
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     lm = load(args.model)
+    native_note("headlab report")
     say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
     roles = measure_roles(
         lm,

@@ -8,7 +8,7 @@ import io
 import sys
 from typing import Any
 
-from headlab.cli._output import console, emit_json
+from headlab.cli._output import console, emit_json, native_note
 
 
 def add_parser(sub: Any) -> None:
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     lm = load(args.model, dtype=dtype)
+    native_note("headlab roles")
     report = measure_roles(
         lm,
         treebank,

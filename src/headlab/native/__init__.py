@@ -1,10 +1,18 @@
-"""Optional native row kernels (``rows.c``): the per-row steps of head statistics in one pass.
+"""Optional native row kernels (``rows.c``): attention weights and head statistics, one pass
+per row.
 
-torch runs a softmax, its row maxima, the entropy and a word argmax as separate passes over a
-whole block of attention weights, each reading megabytes from memory. ``rows.c`` does each
-row's steps while the row is in the L1 cache. It is plain C, compiled on first use with the
-system's C compiler (``$CC``, else ``cc``) for this CPU, cached under ``$HEADLAB_CACHE`` (default
-``~/.cache/headlab``) and loaded with ctypes; no Python or torch headers are needed.
+torch computes scores, a softmax, its row maxima, the entropy and a word argmax as separate
+passes over a whole block of attention weights, each reading megabytes from memory. ``rows.c``
+does each row's steps while the row is in the cache:
+
+- :func:`attend_rows`: scores ``q k^T``, right padding and the causal triangle, softmax,
+  largest weight and entropy (key/value heads shared by query heads without copies);
+- :func:`softmax_rows`: the softmax, largest weight and entropy of given scores;
+- :func:`word_argmax_rows`: each word's most attended word (Clark et al. 2019), block by block.
+
+It is plain C, compiled on first use with the system's C compiler (``$CC``, else ``cc``) for
+this CPU, cached under ``$HEADLAB_CACHE`` (default ``~/.cache/headlab``) and loaded with ctypes;
+no Python or torch headers are needed. Its OpenMP loops run on the libgomp torch has loaded.
 
 Everything has a torch fallback that gives the same results to float rounding: without a
 compiler, off Linux or macOS, with ``HEADLAB_NATIVE=0``, or when the build fails, :func:`kernels`

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,17 +23,48 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-@pytest.fixture(params=["native", "torch"])
-def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with headlab's native row kernels, then with torch's ops alone (as on a
-    machine without a C compiler). CI must build the kernels: there, missing ones fail."""
+def use_kernels(kind: str, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    """Make headlab use ``kind`` of row kernels until ``monkeypatch`` is undone: ``native``
+    (built for this CPU), ``portable`` (the same C without its AVX-512 paths, as on most
+    laptops; x86 only, built into ``cache``) or ``torch`` (none: torch's ops, as without a C
+    compiler). CI must build the kernels: there, missing ones fail the test."""
+    import platform
+
     from headlab import native
 
-    if request.param == "torch":
-        monkeypatch.setitem(native._state, "lib", None)
-        monkeypatch.setitem(native._state, "why", "turned off by the test")
-    elif native.kernels() is None:
+    monkeypatch.setattr(native, "_state", {})  # the kernels of this test alone
+    if kind == "torch":
+        native._state.update(lib=None, why="turned off by the test")
+        return
+    if kind == "portable":
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            pytest.skip("the portable build is checked on x86")
+        monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-mno-avx512f"))
+        monkeypatch.setenv("HEADLAB_CACHE", str(cache))
+    if native.kernels() is None:
         if os.environ.get("CI"):
             pytest.fail(f"native kernels unavailable in CI: {native.why_not()}")
         pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    bits = native.kernels().headlab_vector_bits()
+    assert kind == "native" or bits == 0, "the portable build still has AVX-512 paths"
+
+
+@pytest.fixture(scope="session")
+def portable_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build of the portable kernels for the whole session."""
+    return tmp_path_factory.mktemp("portable-kernels")
+
+
+@pytest.fixture
+def select_kernels(monkeypatch: pytest.MonkeyPatch, portable_cache: Path) -> Any:
+    """``select_kernels(kind)``: :func:`use_kernels` for the rest of the test."""
+    return lambda kind: use_kernels(kind, monkeypatch, portable_cache)
+
+
+@pytest.fixture(params=["native", "portable", "torch"])
+def kernels(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, portable_cache: Path
+) -> str:
+    """Run a test with each kind of row kernels (:func:`use_kernels`)."""
+    use_kernels(str(request.param), monkeypatch, portable_cache)
     return str(request.param)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,12 +11,10 @@ import torch
 from headlab import native
 
 
-@pytest.fixture
-def lib() -> object:
-    if native.kernels() is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"native kernels unavailable in CI: {native.why_not()}")
-        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+@pytest.fixture(params=["native", "portable"])
+def lib(request: pytest.FixtureRequest, select_kernels) -> object:
+    """The kernels built for this CPU, then without their AVX-512 paths."""
+    select_kernels(request.param)
     return native.kernels()
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from headlab import native
 from headlab.models import align, default_model_path
 from headlab.roles import geometry
 from headlab.roles.bootstrap import Sums
@@ -255,7 +254,7 @@ def test_first_argmax_is_the_first_maximum() -> None:
 
 
 @pytest.mark.parametrize("data", ["batch", "long_batch", "tied_batch"])
-@pytest.mark.parametrize("way", ["torch", "torch-chunked", "native"])
+@pytest.mark.parametrize("way", ["torch", "torch-chunked", "native", "portable"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("rows", [1, 2, 5, 7, 64])
 def test_word_argmax_from_blocks_of_rows_matches_loops(
@@ -265,12 +264,15 @@ def test_word_argmax_from_blocks_of_rows_matches_loops(
     rows: int,
     way: str,
     monkeypatch: pytest.MonkeyPatch,
+    select_kernels,
 ) -> None:
     """Long inputs get word argmaxes block by block (words cut by a block boundary, causal
     blocks that see only earlier keys): the same words as loops over the whole pattern, from
-    torch's steps (also when long rows take the chunked argmax) and from the native kernel."""
-    if way == "native" and native.kernels() is None:
-        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    torch's steps (also when long rows take the chunked argmax) and from the native kernel
+    (with and without its AVX-512 paths)."""
+    use_native = way in ("native", "portable")
+    if use_native:
+        select_kernels(way)
     if way == "torch-chunked":
         monkeypatch.setattr(geometry, "CHUNKED_FROM", 1)
     alignments, pattern, geo = request.getfixturevalue(data)
@@ -279,8 +281,8 @@ def test_word_argmax_from_blocks_of_rows_matches_loops(
         pattern = pattern * torch.ones(n_tok, n_tok).tril()
         pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-9)
     assert any(len(set(a.token_to_word)) < a.n_tokens for a in alignments)  # multi-token words
-    stream = WordArgmaxStream(geo, pattern.shape[1], native=way == "native")
-    assert stream.native == (way == "native")
+    stream = WordArgmaxStream(geo, pattern.shape[1], native=use_native)
+    assert stream.native == use_native
     n_tok = pattern.shape[2]
     for start in range(0, n_tok, rows):
         stop = min(n_tok, start + rows)
@@ -290,13 +292,15 @@ def test_word_argmax_from_blocks_of_rows_matches_loops(
     _assert_word_argmax_matches_loops(got, alignments, pattern)
 
 
-@pytest.mark.parametrize("way", ["torch", "native"])
-def test_word_argmax_ties_between_split_words_go_to_the_first(tokenizer, way: str) -> None:
+@pytest.mark.parametrize("way", ["torch", "native", "portable"])
+def test_word_argmax_ties_between_split_words_go_to_the_first(
+    tokenizer, way: str, select_kernels
+) -> None:
     """Each row puts the same total weight on two words of several tokens that lie 16 split
     words apart (the native kernel sums such words 16 at a time): the earlier word wins, as
     with argmax, and a row's own word never does."""
-    if way == "native" and native.kernels() is None:
-        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    if way != "torch":
+        select_kernels(way)
     words = [w for rare in RARE.split() for w in ("the", rare)] * 3
     a = align(tokenizer, words=words)
     split = [w for w in range(len(a.words)) if a.token_to_word.count(w) > 1]
@@ -309,7 +313,8 @@ def test_word_argmax_ties_between_split_words_go_to_the_first(tokenizer, way: st
                 for s in tokens:
                     pattern[0, h, t, s] = 0.25 / len(tokens)
     one = build_geometry([a], a.n_tokens, tokenizer, causal=False)
-    stream = WordArgmaxStream(one, 2, native=way == "native")
+    stream = WordArgmaxStream(one, 2, native=way != "torch")
+    assert stream.native == (way != "torch")
     for start in range(0, a.n_tokens, 5):
         stream.add(pattern[:, :, start : start + 5], start)
     got = stream.result()

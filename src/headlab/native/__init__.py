@@ -131,7 +131,7 @@ def _load() -> tuple[Any, str]:
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"building the native kernels failed: {err}"
-    lib.headlab_openmp.restype = ctypes.c_int
+    lib.headlab_openmp.restype = lib.headlab_vector_bits.restype = ctypes.c_int
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = [_CTYPES[a] for a in args], None

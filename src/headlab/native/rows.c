@@ -22,6 +22,15 @@ int headlab_openmp(void) {
 #endif
 }
 
+/* 512 when built with the AVX-512 paths, else 0 (portable C that the compiler vectorizes) */
+int headlab_vector_bits(void) {
+#if defined(__AVX512F__)
+    return 512;
+#else
+    return 0;
+#endif
+}
+
 /* exp(x) for x <= 0, to about 2 ulp; exactly 1 at 0 and exactly 0 below -87 (so masked scores,
  * -1e30 below the row's maximum, get exactly no weight). Written as straight-line arithmetic so
  * that the compiler vectorizes the loops that call it. Range reduction x = n ln 2 + r with

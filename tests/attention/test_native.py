@@ -144,3 +144,39 @@ def test_no_kernels_says_why(
     assert native.kernels() is None
     assert reason in native.why_not()
     assert not list(fresh.glob("*rows-*"))
+
+
+def test_portable_kernels_are_used_only_when_asked(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built without AVX-512 (as on most laptops), the kernels lose to torch's ops, so headlab
+    keeps torch's ops and says why, as a choice (no note from the CLI); HEADLAB_NATIVE=1 takes
+    the kernels anyway."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the portable build is checked on x86")
+    monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-mno-avx512f"))
+    if native.kernels() is None and "AVX-512" not in native.why_not():
+        pytest.skip(f"native kernels unavailable: {native.why_not()}")
+    assert native.kernels() is None
+    assert native.why_not().startswith("no AVX-512") and native.by_choice()
+    monkeypatch.setenv("HEADLAB_NATIVE", "1")
+    native.reset()
+    assert native.kernels() is not None and native.kernels().headlab_vector_bits() == 0
+
+
+def test_cli_note_only_when_the_build_fails(
+    fresh: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from headlab.cli._output import native_note
+
+    monkeypatch.setenv("HEADLAB_NATIVE", "0")
+    native_note("headlab roles")
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("HEADLAB_NATIVE", "1")
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    native.reset()
+    native_note("headlab roles")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("headlab roles: note: building the native")

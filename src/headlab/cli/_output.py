@@ -41,13 +41,11 @@ def human_count(n: float) -> str:
 
 
 def native_note(prog: str) -> None:
-    """One line on stderr when headlab's native row kernels cannot be used (and were not
-    turned off on purpose): head statistics then run on torch's ops alone, more slowly."""
-    import os
-
+    """One line on stderr when headlab's native row kernels cannot be built here (not when
+    they are off by design): head statistics then run on torch's ops alone, more slowly."""
     from headlab import native
 
-    if native.kernels() is None and os.environ.get("HEADLAB_NATIVE", "1") != "0":
+    if native.kernels() is None and not native.by_choice():
         print(
             f"{prog}: note: {native.why_not()}; head statistics use torch's ops (slower). "
             "HEADLAB_NATIVE=0 silences this.",

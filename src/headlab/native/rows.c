@@ -94,7 +94,8 @@ static void softmax_row(const float *s, float *w, int64_t n, float *top, float *
     for (; j + 16 <= n; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + j));
     m = _mm512_reduce_max_ps(mv);
 #endif
-    for (; j < n; j++) m = s[j] > m ? s[j] : m;
+#pragma omp simd reduction(max : m)
+    for (int64_t t = j; t < n; t++) m = s[t] > m ? s[t] : m;
     j = 0;
 #if defined(__AVX512F__)
     __m512 mm = _mm512_set1_ps(m), zv = _mm512_setzero_ps(), sv = _mm512_setzero_ps();
@@ -110,10 +111,11 @@ static void softmax_row(const float *s, float *w, int64_t n, float *top, float *
     z = _mm512_reduce_add_ps(zv);
     zs = _mm512_reduce_add_ps(sv);
 #endif
-    for (; j < n; j++) {
-        float d = s[j] - m;
+#pragma omp simd reduction(+ : z, zs)
+    for (int64_t t = j; t < n; t++) {
+        float d = s[t] - m;
         float e = exp_nonpositive(d);
-        w[j] = e;
+        w[t] = e;
         z += e;
         zs += e * (d < -87.0f ? 0.0f : d);
     }
@@ -219,14 +221,26 @@ void attend_rows(const float *q, const float *kt, float *weights, float *top, fl
                 }
             }
 #else
-            for (int64_t r = 0; r < rows; r++) {
-                float *out = wr + r * seen;
-                for (j = 0; j < widest; j++) out[j] = 0.0f;
-                for (int64_t k = 0; k < d; k++) {
-                    float x = qr[r * d + k];
-                    const float *kr = kh + k * n_keys;
-                    for (j = 0; j < widest; j++) out[j] += x * kr[j];
+            /* the same tiles in plain C: 4 rows x 32 keys of partial sums that the compiler
+             * keeps in vector registers */
+            for (; j < widest; j += 32) {
+                int64_t cols = widest - j < 32 ? widest - j : 32;
+                float a[4][32] = {{0}};
+                const float *kr = kh + j;
+                for (int64_t k = 0; k < d; k++, kr += n_keys) {
+                    float x[4];
+                    for (int r = 0; r < 4; r++) x[r] = qr[(r < rows ? r : 0) * d + k];
+                    if (cols == 32) {
+                        for (int r = 0; r < 4; r++)
+#pragma omp simd
+                            for (int c = 0; c < 32; c++) a[r][c] += x[r] * kr[c];
+                    } else {
+                        for (int r = 0; r < 4; r++)
+                            for (int64_t c = 0; c < cols; c++) a[r][c] += x[r] * kr[c];
+                    }
                 }
+                for (int64_t r = 0; r < rows; r++)
+                    memcpy(wr + r * seen + j, a[r], (size_t)cols * sizeof(float));
             }
 #endif
             for (int64_t r = 0; r < rows; r++) {

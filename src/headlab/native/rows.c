@@ -221,19 +221,20 @@ void attend_rows(const float *q, const float *kt, float *weights, float *top, fl
                 }
             }
 #else
-            /* the same tiles in plain C: 4 rows x 32 keys of partial sums that the compiler
-             * keeps in vector registers */
-            for (; j < widest; j += 32) {
-                int64_t cols = widest - j < 32 ? widest - j : 32;
-                float a[4][32] = {{0}};
+            /* tiles in plain C: 4 rows x TILE keys of partial sums that the compiler keeps
+             * in vector registers */
+            enum { TILE = 16 };
+            for (; j < widest; j += TILE) {
+                int64_t cols = widest - j < TILE ? widest - j : TILE;
+                float a[4][TILE] = {{0}};
                 const float *kr = kh + j;
                 for (int64_t k = 0; k < d; k++, kr += n_keys) {
                     float x[4];
                     for (int r = 0; r < 4; r++) x[r] = qr[(r < rows ? r : 0) * d + k];
-                    if (cols == 32) {
+                    if (cols == TILE) {
                         for (int r = 0; r < 4; r++)
 #pragma omp simd
-                            for (int c = 0; c < 32; c++) a[r][c] += x[r] * kr[c];
+                            for (int c = 0; c < TILE; c++) a[r][c] += x[r] * kr[c];
                     } else {
                         for (int r = 0; r < 4; r++)
                             for (int64_t c = 0; c < cols; c++) a[r][c] += x[r] * kr[c];
@@ -306,15 +307,16 @@ static int64_t best_token(const float *acc, const uint8_t *ok, int64_t n, float 
     return _mm512_mask_reduce_min_epi32(at, bi);
 #else
     float m = -1.0f;
-    int64_t where = -1;
+#pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < n; j++) {
-        if (ok[j] && acc[j] > m) {
-            m = acc[j];
-            where = j;
-        }
+        float x = ok[j] ? acc[j] : -1.0f;
+        m = x > m ? x : m;
     }
     *best = m;
-    return where;
+    if (m <= -1.0f) return -1;
+    for (int64_t j = 0; j < n; j++)
+        if (ok[j] && acc[j] == m) return j;
+    return -1;
 #endif
 }
 

@@ -44,7 +44,7 @@ def use_kernels(kind: str, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None
         monkeypatch.setenv("HEADLAB_NATIVE", "1")  # used only when asked for
         monkeypatch.setenv("HEADLAB_CACHE", str(cache))
     if native.kernels() is None:
-        if os.environ.get("CI"):
+        if os.environ.get("CI") and not native.by_choice():  # a compiler must work in CI
             pytest.fail(f"native kernels unavailable in CI: {native.why_not()}")
         pytest.skip(f"native kernels unavailable: {native.why_not()}")
     bits = native.kernels().headlab_vector_bits()

@@ -128,8 +128,8 @@ def attention_blocks(
     bias, no mask beyond right padding and the causal triangle) or else its softmax, largest
     weight and entropy come from one pass per row; otherwise from torch's ops. A row that sees
     no key gets uniform weights (only padding rows can; callers do not count them). Masks of
-    right padding (keys from each row's length on) and the causal triangle
-    are filled as slices; other masks cell by cell.
+    right padding (keys from each row's length on) and the causal triangle are filled as
+    slices; other masks cell by cell.
     """
     n_batch, n_heads, n_queries, d = query.shape
     n_kv, n_keys = key.shape[1], key.shape[2]

@@ -160,6 +160,10 @@ class WordArgmaxStream:
     of the words the block's keys reach (a causal block sees only earlier words; the others
     hold exact zeros, looked at only when no seen word beats zero).
 
+    With ``native`` (the default) and :mod:`headlab.native`'s kernels built, each head's rows
+    are added up in token space and a word is finished by one pass over its token sums, in C
+    (``word_argmax_rows``); the same argmaxes, ties included.
+
     Shape: blocks ``(B, H, t, s)`` -> :meth:`result` ``(B, H, W)``.
     """
 

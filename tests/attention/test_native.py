@@ -180,3 +180,14 @@ def test_cli_note_only_when_the_build_fails(
     native_note("headlab roles")
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("headlab roles: note: building the native")
+
+
+def test_no_build_where_no_avx512_can_be(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off x86 (Apple silicon, other ARM CPUs) there are no AVX-512 paths to build: headlab
+    does not run the compiler and keeps torch's ops, by design."""
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    assert native.kernels() is None and native.by_choice()
+    assert "arm64" in native.why_not()
+    assert not list(fresh.iterdir())

@@ -125,6 +125,9 @@ def _load() -> tuple[Any, str]:
         return None, _CHOSEN[0]
     if sys.platform not in ("linux", "darwin"):
         return None, f"native kernels are built on Linux and macOS only, not {sys.platform}"
+    forced = os.environ.get("HEADLAB_NATIVE") == "1"
+    if not forced and platform.machine().lower() not in ("x86_64", "amd64"):
+        return None, f"{_CHOSEN[1]} ({platform.machine()}): torch's ops are faster here"
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         return None, "no C compiler found ($CC, cc or gcc)"
@@ -137,7 +140,7 @@ def _load() -> tuple[Any, str]:
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"building the native kernels failed: {err}"
     lib.headlab_openmp.restype = lib.headlab_vector_bits.restype = ctypes.c_int
-    if lib.headlab_vector_bits() < 512 and os.environ.get("HEADLAB_NATIVE") != "1":
+    if lib.headlab_vector_bits() < 512 and not forced:
         # measured with -mno-avx512f (AVX2): 1.85x the plain forward against torch's 1.73x
         return (
             None,

@@ -26,8 +26,8 @@ def shared_data() -> Path:
 def use_kernels(kind: str, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
     """Make headlab use ``kind`` of row kernels until ``monkeypatch`` is undone: ``native``
     (built for this CPU), ``portable`` (the same C without its AVX-512 paths, as on most
-    laptops, where only ``HEADLAB_NATIVE=1`` uses it; x86 only, built into ``cache``) or
-    ``torch`` (none: torch's ops, as without a C compiler). CI must build the kernels: there,
+    laptops: no fused scores; x86 only, built into ``cache``) or ``torch`` (none: torch's ops,
+    as without a C compiler). CI must build the kernels: there,
     missing ones fail the test."""
     import platform
 
@@ -41,7 +41,6 @@ def use_kernels(kind: str, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None
         if platform.machine().lower() not in ("x86_64", "amd64"):
             pytest.skip("the portable build is checked on x86")
         monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-mno-avx512f"))
-        monkeypatch.setenv("HEADLAB_NATIVE", "1")  # used only when asked for
         monkeypatch.setenv("HEADLAB_CACHE", str(cache))
     if native.kernels() is None:
         if os.environ.get("CI") and not native.by_choice():  # a compiler must work in CI

@@ -158,8 +158,10 @@ def attention_blocks(
         mask = None  # the lengths (and the causal triangle) say everything it says
     fused = query.device.type == "cpu" and native.kernels() is not None
     # without a bias or a mask beyond right padding and the causal triangle, in float32, the
-    # native kernel computes each row's scores and softmax in one pass
-    one_pass = fused and dtype == torch.float32 and bias is None and mask is None
+    # native kernel computes each row's scores and softmax in one pass (with AVX-512)
+    one_pass = (
+        fused and native.fused_scores() and dtype == torch.float32 and bias is None and mask is None
+    )
     if one_pass:
         q_scaled = (query.float() * scaling).contiguous()  # (B, H, T, D)
         keys_t = key.float().transpose(-2, -1).contiguous()  # (B, Hkv, D, S)

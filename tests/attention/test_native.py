@@ -190,3 +190,17 @@ def test_no_build_where_no_avx512_can_be(fresh: Path, monkeypatch: pytest.Monkey
     assert native.kernels() is None and native.by_choice()
     assert "arm64" in native.why_not()
     assert not list(fresh.iterdir())
+
+
+def test_an_unwritable_cache_names_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder that cannot be created: torch's ops, and a reason that says which folder
+    and what to set."""
+    monkeypatch.setenv("HEADLAB_CACHE", "/proc/headlab-cannot-be-here")
+    native.reset()
+    try:
+        assert native.kernels() is None
+        why = native.why_not()
+    finally:
+        monkeypatch.undo()
+        native.reset()
+    assert "/proc/headlab-cannot-be-here" in why and "HEADLAB_CACHE" in why

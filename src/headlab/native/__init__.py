@@ -100,8 +100,13 @@ def _build(compiler: str, flags: tuple[str, ...]) -> Path:
     target = folder / f"rows-{key}{'.dylib' if sys.platform == 'darwin' else '.so'}"
     if target.exists():
         return target
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rows-", suffix=target.suffix)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rows-", suffix=target.suffix)
+    except OSError as err:
+        raise OSError(
+            f"cannot write to {folder} ({err.strerror}); set HEADLAB_CACHE to a writable folder"
+        ) from err
     os.close(fd)
     try:
         done = subprocess.run(

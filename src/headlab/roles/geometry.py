@@ -295,9 +295,7 @@ class WordArgmaxStream:
 def _word_table(geo: Geometry, key_word: torch.Tensor, n_real: torch.Tensor) -> WordTable:
     """The batch's words as the native word argmax takes them."""
     n_batch, n_words = geo.word_real.shape
-    sizes = torch.zeros(n_batch, n_words + 1, dtype=torch.long)
-    sizes.scatter_add_(1, geo.token_word, torch.ones_like(geo.token_word))
-    sizes = sizes[:, :n_words]  # (B, W) tokens per word
+    sizes = geo.to_words.sum(1).long()  # (B, W) tokens per word
     first = torch.cumsum(sizes, 1) - sizes  # (B, W) words are consecutive tokens, in order
     candidate = geo.candidates  # (B, W)
     single = candidate & (sizes == 1)

@@ -144,7 +144,8 @@ def _assert_word_argmax_matches_loops(got: torch.Tensor, alignments, pattern) ->
                 assert int(got[b, h, w]) == _argmax_excluding(wp[w], a, w), (b, h, w)
 
 
-def test_positional_delimiter_broad_match_loops(batch, tokenizer) -> None:
+def test_positional_delimiter_broad_match_loops(batch, tokenizer, kernels: str) -> None:
+    """With the native row kernels (positional counts in C) and with torch's ops alone."""
     alignments, pattern, geo = batch
     pos = positional.collect(pattern, geo)
     dl = delimiter.collect(pattern, geo)
@@ -181,6 +182,32 @@ def test_positional_delimiter_broad_match_loops(batch, tokenizer) -> None:
     # the planted previous-token head: every real query's argmax is at offset -1
     queries = geo.query.sum(1)
     assert torch.equal(pos["positional.hits"][:, 0, positional.OFFSETS.index(-1)], queries.float())
+
+
+def test_positional_blocks_and_ties_native_equals_torch(batch, select_kernels) -> None:
+    """The C pass counts the same argmax offsets as torch's ops, block by block (a causal block
+    sees fewer keys than the sentence has tokens), with exact ties: uniform rows, where the
+    leftmost offset in reach wins, and rows whose largest weight sits at two offsets."""
+    select_kernels("native")
+    _, pattern, geo = batch
+    pattern = pattern.clone()
+    n_tok = pattern.shape[-1]
+    pattern[:, 1] = 1.0 / n_tok  # uniform rows
+    for t in range(2, n_tok - 1):  # head 2: equal largest weights on t - 2 and t + 1
+        pattern[:, 2, t] = 0.1 / n_tok
+        pattern[:, 2, t, t - 2] = pattern[:, 2, t, t + 1] = 0.4
+    for start, stop, seen in ((0, 5, n_tok), (5, 9, 11), (9, n_tok, n_tok)):
+        rows = pattern[:, :, start:stop, :seen].contiguous()
+        top = rows.amax(-1)
+        fast = positional.collect(rows, geo, start, top=top)
+        slow = positional.collect(rows, geo, start, top=top, native=False)
+        assert torch.equal(fast["positional.hits"], slow["positional.hits"]), (start, stop)
+        for key in ("previous", "next"):
+            assert torch.allclose(fast[key], slow[key], atol=1e-6), (key, start)
+    uniform = positional.collect(pattern, geo)["positional.hits"][:, 1]
+    first = positional.OFFSETS.index(-3)
+    # every counted row from the fourth token on finds its tie at offset -3 first
+    assert torch.equal(uniform[:, first], geo.query[:, 3:].sum(1).float())
 
 
 def test_word_argmax_syntactic_and_rare_match_loops(batch) -> None:

@@ -79,6 +79,9 @@ class BlockConsumer(Protocol):
 #: blocks get at least this many query rows (up to 16x ``block_elements``): wide batches would
 #: otherwise be cut into many thin blocks, each paying the fixed cost of every probe's calls
 MIN_BLOCK_ROWS = 64
+#: up to this many per-key columns are summed by the native kernel itself (more ride along in
+#: the values' product, where a few extra columns cost a third of its time)
+KERNEL_COLUMNS = 4
 
 
 def block_rows(n_batch: int, n_heads: int, n_keys: int, block_elements: int) -> int:
@@ -143,14 +146,6 @@ def attention_blocks(
     # a few float32 columns ride along in the values' product; many columns (copied once per
     # key/value head there) and lower precisions (the sums stay float32) get a product of their
     # own, over all heads' rows at once
-    mix_in_product = columns is not None and value.dtype == torch.float32 and columns.shape[-1] <= d
-    if columns is not None and mix_in_product:
-        extra = columns[:, None].expand(n_batch, n_kv, n_keys, columns.shape[-1])
-        values = torch.cat([value, extra.to(value.dtype)], dim=-1)  # (B, Hkv, S, D + X)
-    else:
-        values = value.contiguous()  # (B, Hkv, S, D)
-    out = query.new_empty(n_batch, n_queries, n_heads, d, dtype=value.dtype)
-    rows = block_rows(n_batch, n_heads, n_keys, block_elements)
     workspace = workspace or Workspace()
     if lengths is None:
         lengths = key_lengths(mask, causal, n_queries, n_keys)
@@ -158,10 +153,28 @@ def attention_blocks(
         mask = None  # the lengths (and the causal triangle) say everything it says
     fused = query.device.type == "cpu" and native.kernels() is not None
     # without a bias or a mask beyond right padding and the causal triangle, in float32, the
-    # native kernel computes each row's scores and softmax in one pass (with AVX-512)
+    # native kernel computes each row's scores and softmax in one pass (with AVX-512), and the
+    # weighted sums of a few columns while the row is in the cache
     one_pass = (
         fused and native.fused_scores() and dtype == torch.float32 and bias is None and mask is None
     )
+    columns_in_kernel = one_pass and columns is not None and columns.shape[-1] <= KERNEL_COLUMNS
+    mix_in_product = (
+        columns is not None
+        and not columns_in_kernel
+        and value.dtype == torch.float32
+        and columns.shape[-1] <= d
+    )
+    if columns is not None and mix_in_product:
+        extra = columns[:, None].expand(n_batch, n_kv, n_keys, columns.shape[-1])
+        values = torch.cat([value, extra.to(value.dtype)], dim=-1)  # (B, Hkv, S, D + X)
+    else:
+        values = value.contiguous()  # (B, Hkv, S, D)
+    out = query.new_empty(n_batch, n_queries, n_heads, d, dtype=value.dtype)
+    rows = block_rows(n_batch, n_heads, n_keys, block_elements)
+    columns_t = kernel_mixed = None
+    if columns_in_kernel and columns is not None:
+        columns_t = columns.float().transpose(1, 2).contiguous()  # (B, X, S)
     if one_pass:
         q_scaled = (query.float() * scaling).contiguous()  # (B, H, T, D)
         keys_t = key.float().transpose(-2, -1).contiguous()  # (B, Hkv, D, S)
@@ -176,9 +189,12 @@ def attention_blocks(
             weights = workspace.get("scores", (n_batch, n_heads, t, seen), query, torch.float32)
             top = query.new_empty(n_batch, n_heads, t, dtype=torch.float32)
             entropy = torch.empty_like(top)
+            if columns_t is not None:
+                kernel_mixed = top.new_empty(n_batch, n_heads, t, columns_t.shape[1])
             native.attend_rows(
                 q_scaled, keys_t, start, t, seen, lengths=key_counts, causal=causal,
-                weights=weights, top=top, entropy=entropy,
+                weights=weights, top=top, entropy=entropy, columns_t=columns_t,
+                mixed=kernel_mixed,
             )  # fmt: skip
         else:
             weights, top, entropy = _block_weights(
@@ -190,7 +206,9 @@ def attention_blocks(
         product = torch.matmul(mixed_w, values[:, :, :seen])  # (B, Hkv, g t, D [+ X])
         product = product.view(n_batch, n_heads, t, -1)
         mixed = None
-        if mix_in_product:
+        if columns_in_kernel:
+            mixed = kernel_mixed
+        elif mix_in_product:
             mixed = product[..., d:]
         elif columns is not None:
             flat = weights.view(n_batch, n_heads * t, seen)

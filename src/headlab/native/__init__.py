@@ -64,8 +64,9 @@ _state: dict[str, Any] = {}
 #: each kernel's arguments: p a pointer, q a pointer or None, i int64, b int32
 _SIGNATURES = {
     "softmax_rows": "ppppiii",
-    "attend_rows": "pppppiiiiiiiiqbiii",
+    "attend_rows": "pppppiiiiiiiiqbiqiqii",
     "word_argmax_rows": "piiipiipppippippppbii",
+    "positional_rows": "pppiiiiippii",
 }
 _CTYPES = {"p": ctypes.c_void_p, "q": ctypes.c_void_p, "i": ctypes.c_int64, "b": ctypes.c_int32}
 
@@ -244,19 +245,27 @@ def attend_rows(
     weights: torch.Tensor,
     top: torch.Tensor,
     entropy: torch.Tensor,
+    columns_t: torch.Tensor | None = None,
+    mixed: torch.Tensor | None = None,
 ) -> None:
     """Attention weights of query rows ``start:start+n_rows`` over keys ``0:seen`` in one pass
     per row (see ``rows.c``): float32 ``query (B, H, T, D)`` already scaled, ``keys_t (B, Hkv,
     D, S)``, ``lengths (B,)`` int64 keys per sentence (right padding) or ``None``, ``causal``
     (bottom-right aligned); writes ``weights (B, H, t, s)``, ``top`` and ``entropy (B, H,
-    t)``."""
+    t)``; with ``columns_t (B, X, S)`` float32 per-key values, also ``mixed (B, H, t, X)``,
+    each row's weighted sums of them."""
     lib = kernels()
     n_batch, n_heads, n_queries, d = query.shape
     n_kv, n_keys = keys_t.shape[1], keys_t.shape[3]
+    if (columns_t is None) != (mixed is None):
+        raise ValueError("attend_rows: give columns_t and mixed together, or neither")
     args = (
         pointer(query), pointer(keys_t), pointer(weights), pointer(top), pointer(entropy),
         n_heads, n_heads // n_kv, n_queries, n_keys, d, start, n_rows, seen,
         pointer(lengths) if lengths is not None else None, int(causal), n_keys - n_queries,
+        pointer(columns_t) if columns_t is not None else None,
+        0 if columns_t is None else columns_t.shape[1],
+        pointer(mixed) if mixed is not None else None,
     )  # fmt: skip
     parallel(lambda a, b: lib.attend_rows(*args, a, b), n_batch * n_heads)
 
@@ -305,3 +314,24 @@ def word_argmax_rows(
     )  # fmt: skip
     parallel(lambda a, b: lib.word_argmax_rows(*args, a, b), n_batch * n_heads)
     return following
+
+
+def positional_rows(
+    weights: torch.Tensor, top: torch.Tensor, query: torch.Tensor, start: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positional counts of float32 weight rows ``start:start+t`` ``(B, H, t, s)`` with each
+    row's largest weight ``top (B, H, t)`` and ``query (B, T)`` uint8, 1 on the rows that count
+    (see ``rows.c``): ``hits (B, H, 7)``, the rows whose argmax lies at offset -3..+3 (the
+    leftmost on ties), and ``near (B, H, 2)``, the summed weights on the previous and the next
+    token."""
+    lib = kernels()
+    n_batch, n_heads, n_rows, n_keys = weights.shape
+    weights, top, query = weights.contiguous(), top.contiguous(), query.contiguous()
+    hits = weights.new_empty(n_batch, n_heads, 7)
+    near = weights.new_empty(n_batch, n_heads, 2)
+    args = (
+        pointer(weights), pointer(top), pointer(query), n_heads, n_rows, n_keys,
+        query.shape[1], start, pointer(hits), pointer(near),
+    )  # fmt: skip
+    parallel(lambda a, b: lib.positional_rows(*args, a, b), n_batch * n_heads)
+    return hits, near

@@ -39,7 +39,7 @@ int headlab_vector_bits(void) {
 static inline float exp_nonpositive(float x) {
     const float low = -87.0f;
     float xc = x < low ? low : x;
-    float n = floorf(xc * 1.44269504088896341f + 0.5f);
+    float n = rintf(xc * 1.44269504088896341f);
     float r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -48,7 +48,8 @@ static inline float exp_nonpositive(float x) {
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
@@ -63,15 +64,14 @@ static inline float exp_nonpositive(float x) {
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-/* exp_nonpositive on 16 lanes (the same arithmetic) */
+/* exp_nonpositive on 16 lanes (the same arithmetic, 2^n applied by scalef): exactly 0 below
+ * -87, also for -inf and huge negative inputs (the zero mask drops whatever the arithmetic made
+ * of them) */
 static inline __m512 exp16(__m512 x) {
-    const __m512 low = _mm512_set1_ps(-87.0f);
-    __mmask16 keep = _mm512_cmp_ps_mask(x, low, _CMP_GE_OQ);
-    __m512 xc = _mm512_max_ps(x, low);
-    __m512 n = _mm512_roundscale_ps(
-        _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
     __m512 p = _mm512_set1_ps(1.9875691500e-4f);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
@@ -79,40 +79,60 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i bits = _mm512_slli_epi32(
-        _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(bits));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(keep, p, n);
 }
 #endif
 
 static void softmax_row(const float *s, float *w, int64_t n, float *top, float *entropy) {
     float m = -INFINITY, z = 0.0f, zs = 0.0f;
+#if defined(__AVX512F__)
+    /* two vectors per step (independent sums), the last partial vector under a mask */
     int64_t j = 0;
-#if defined(__AVX512F__)
-    __m512 mv = _mm512_set1_ps(-INFINITY);
-    for (; j + 16 <= n; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + j));
-    m = _mm512_reduce_max_ps(mv);
-#endif
-#pragma omp simd reduction(max : m)
-    for (int64_t t = j; t < n; t++) m = s[t] > m ? s[t] : m;
-    j = 0;
-#if defined(__AVX512F__)
-    __m512 mm = _mm512_set1_ps(m), zv = _mm512_setzero_ps(), sv = _mm512_setzero_ps();
-    const __m512 low = _mm512_set1_ps(-87.0f);
-    for (; j + 16 <= n; j += 16) {
-        __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), mm);
-        __m512 e = exp16(d);
-        _mm512_storeu_ps(w + j, e);
-        zv = _mm512_add_ps(zv, e);
-        __mmask16 keep = _mm512_cmp_ps_mask(d, low, _CMP_GE_OQ);
-        sv = _mm512_mask3_fmadd_ps(e, d, sv, keep);
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    for (; j + 32 <= n; j += 32) {
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(s + j));
+        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + j + 16));
     }
-    z = _mm512_reduce_add_ps(zv);
-    zs = _mm512_reduce_add_ps(sv);
-#endif
+    for (; j < n; j += 16) {
+        __mmask16 t = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        m0 = _mm512_mask_max_ps(m0, t, m0, _mm512_maskz_loadu_ps(t, s + j));
+    }
+    m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    const __m512 mm = _mm512_set1_ps(m), low = _mm512_set1_ps(-87.0f);
+    __m512 z0 = _mm512_setzero_ps(), z1 = z0, s0 = z0, s1 = z0;
+    for (j = 0; j + 32 <= n; j += 32) {
+        __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(s + j), mm);
+        __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(s + j + 16), mm);
+        __m512 e0 = exp16(d0), e1 = exp16(d1);
+        _mm512_storeu_ps(w + j, e0);
+        _mm512_storeu_ps(w + j + 16, e1);
+        z0 = _mm512_add_ps(z0, e0);
+        z1 = _mm512_add_ps(z1, e1);
+        s0 = _mm512_mask3_fmadd_ps(e0, d0, s0, _mm512_cmp_ps_mask(d0, low, _CMP_GE_OQ));
+        s1 = _mm512_mask3_fmadd_ps(e1, d1, s1, _mm512_cmp_ps_mask(d1, low, _CMP_GE_OQ));
+    }
+    for (; j < n; j += 16) {
+        __mmask16 t = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + j), mm);
+        __m512 e = _mm512_maskz_mov_ps(t, exp16(d));
+        _mm512_mask_storeu_ps(w + j, t, e);
+        z0 = _mm512_add_ps(z0, e);
+        s0 = _mm512_mask3_fmadd_ps(e, d, s0, t & _mm512_cmp_ps_mask(d, low, _CMP_GE_OQ));
+    }
+    z = _mm512_reduce_add_ps(_mm512_add_ps(z0, z1));
+    zs = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    float inv = 1.0f / z;
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (j = 0; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(w + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), iv));
+    for (; j < n; j++) w[j] *= inv;
+#else
+#pragma omp simd reduction(max : m)
+    for (int64_t t = 0; t < n; t++) m = s[t] > m ? s[t] : m;
 #pragma omp simd reduction(+ : z, zs)
-    for (int64_t t = j; t < n; t++) {
+    for (int64_t t = 0; t < n; t++) {
         float d = s[t] - m;
         float e = exp_nonpositive(d);
         w[t] = e;
@@ -120,7 +140,8 @@ static void softmax_row(const float *s, float *w, int64_t n, float *top, float *
         zs += e * (d < -87.0f ? 0.0f : d);
     }
     float inv = 1.0f / z;
-    for (j = 0; j < n; j++) w[j] *= inv;
+    for (int64_t j = 0; j < n; j++) w[j] *= inv;
+#endif
     *top = inv;
     *entropy = logf(z) - zs * inv;
 }
@@ -147,15 +168,118 @@ static void softmax_row_limited(float *w, int64_t n, int64_t limit, float *top,
     memset(w + limit, 0, (size_t)(n - limit) * sizeof(float));
 }
 
+/* out[x] = sum_j w_j columns[x * stride + j] over n keys, for x < n_columns <= 4, in one pass
+ * over the row (independent sums per column and per half, so that no sum waits on the
+ * previous step's result) */
+static void row_sums(const float *w, const float *columns, int64_t stride, int64_t n_columns,
+                     int64_t n, float *out) {
+    const float *c[4];
+    for (int x = 0; x < 4; x++) c[x] = columns + (x < n_columns ? x : 0) * stride;
+    int64_t j = 0;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if defined(__AVX512F__)
+    __m512 a[4], b[4];
+    for (int x = 0; x < 4; x++) a[x] = b[x] = _mm512_setzero_ps();
+    for (; j + 32 <= n; j += 32) {
+        __m512 w0 = _mm512_loadu_ps(w + j), w1 = _mm512_loadu_ps(w + j + 16);
+        for (int x = 0; x < 4; x++) {
+            a[x] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(c[x] + j), a[x]);
+            b[x] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(c[x] + j + 16), b[x]);
+        }
+    }
+    for (int x = 0; x < 4; x++) s[x] = _mm512_reduce_add_ps(_mm512_add_ps(a[x], b[x]));
+#endif
+    for (; j < n; j++)
+        for (int x = 0; x < 4; x++) s[x] += w[j] * c[x][j];
+    for (int64_t x = 0; x < n_columns; x++) out[x] = s[x];
+}
+
+/* Keys per tile of score_tile: 32 (two vectors) with AVX-512, else 16 */
+#if defined(__AVX512F__)
+enum { KEY_TILE = 32 };
+#else
+enum { KEY_TILE = 16 };
+#endif
+
+/* Scores of up to 4 query rows (q: rows x d, row-major) against keys j..j+n of one head
+ * (kt: d x n_keys, keys transposed; n <= KEY_TILE): w[r * seen + c] = sum_k q[r, k] kt[k, c]. */
+static void score_tile(const float *q, int64_t rows, int64_t d, const float *kt, int64_t n_keys,
+                       int64_t n, float *w, int64_t seen) {
+#if defined(__AVX512F__)
+    __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    __mmask16 m1 = n >= 32   ? (__mmask16)0xFFFF
+                   : n <= 16 ? (__mmask16)0
+                             : (__mmask16)((1u << (n - 16)) - 1);
+    const float *q0 = q, *q1 = q + (rows > 1 ? d : 0);
+    const float *q2 = q + (rows > 2 ? 2 * d : 0), *q3 = q + (rows > 3 ? 3 * d : 0);
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
+    __m512 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    const float *kr = kt;
+    for (int64_t k = 0; k < d; k++, kr += n_keys) {
+        __m512 k0 = _mm512_maskz_loadu_ps(m0, kr);
+        __m512 k1 = _mm512_maskz_loadu_ps(m1, kr + 16);
+        __m512 x = _mm512_set1_ps(q0[k]);
+        a00 = _mm512_fmadd_ps(x, k0, a00);
+        a01 = _mm512_fmadd_ps(x, k1, a01);
+        x = _mm512_set1_ps(q1[k]);
+        a10 = _mm512_fmadd_ps(x, k0, a10);
+        a11 = _mm512_fmadd_ps(x, k1, a11);
+        x = _mm512_set1_ps(q2[k]);
+        a20 = _mm512_fmadd_ps(x, k0, a20);
+        a21 = _mm512_fmadd_ps(x, k1, a21);
+        x = _mm512_set1_ps(q3[k]);
+        a30 = _mm512_fmadd_ps(x, k0, a30);
+        a31 = _mm512_fmadd_ps(x, k1, a31);
+    }
+    _mm512_mask_storeu_ps(w, m0, a00);
+    _mm512_mask_storeu_ps(w + 16, m1, a01);
+    if (rows > 1) {
+        _mm512_mask_storeu_ps(w + seen, m0, a10);
+        _mm512_mask_storeu_ps(w + seen + 16, m1, a11);
+    }
+    if (rows > 2) {
+        _mm512_mask_storeu_ps(w + 2 * seen, m0, a20);
+        _mm512_mask_storeu_ps(w + 2 * seen + 16, m1, a21);
+    }
+    if (rows > 3) {
+        _mm512_mask_storeu_ps(w + 3 * seen, m0, a30);
+        _mm512_mask_storeu_ps(w + 3 * seen + 16, m1, a31);
+    }
+#else
+    /* 4 rows x KEY_TILE keys of partial sums that the compiler keeps in vector registers */
+    float a[4][KEY_TILE] = {{0}};
+    const float *kr = kt;
+    for (int64_t k = 0; k < d; k++, kr += n_keys) {
+        float x[4];
+        for (int r = 0; r < 4; r++) x[r] = q[(r < rows ? r : 0) * d + k];
+        if (n == KEY_TILE) {
+            for (int r = 0; r < 4; r++)
+#pragma omp simd
+                for (int c = 0; c < KEY_TILE; c++) a[r][c] += x[r] * kr[c];
+        } else {
+            for (int r = 0; r < 4; r++)
+                for (int64_t c = 0; c < n; c++) a[r][c] += x[r] * kr[c];
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) memcpy(w + r * seen, a[r], (size_t)n * sizeof(float));
+#endif
+}
+
 /* Scores q k^T and their softmax for rows start..start+t of each (sentence, head) pair in
- * [first, last): one pass, each group of rows' scores still in the cache when the softmax reads
- * them. q: (B, H, T, D) already scaled; kt: (B, Hkv, D, S) (keys transposed, head by head);
- * weights: (B, H, t, s) for keys 0..s; top, entropy: (B, H, t). Row i of sentence b sees keys
- * j < lengths[b] (when lengths is given) and, when causal, j <= start + i + offset. */
+ * [first, last). A pair's scores are computed key tile by key tile: each tile of keys (4 KiB
+ * at D = 32) stays in the L1 cache while every row of the block reads it, and the block's
+ * scores (t x s) stay in the L2 cache until each row's softmax, right after. q: (B, H, T, D)
+ * already scaled; kt: (B, Hkv, D, S) (keys transposed, head by head); weights: (B, H, t, s)
+ * for keys 0..s; top, entropy: (B, H, t). Row i of sentence b sees keys j < lengths[b] (when
+ * lengths is given) and, when causal, j <= start + i + offset.
+ * columns: (B, X, S) per-key values (X <= 4) or NULL; mixed: (B, H, t, X) each row's weighted
+ * sums of them (sum_j p_j columns[b, x, j]), computed while the row's weights are in the L1
+ * cache. */
 void attend_rows(const float *q, const float *kt, float *weights, float *top, float *entropy,
                  int64_t n_heads, int64_t group, int64_t n_queries, int64_t n_keys, int64_t d,
                  int64_t start, int64_t n_rows, int64_t seen, const int64_t *lengths,
-                 int32_t causal, int64_t offset, int64_t first, int64_t last) {
+                 int32_t causal, int64_t offset, const float *columns, int64_t n_columns,
+                 float *mixed, int64_t first, int64_t last) {
 #pragma omp parallel for schedule(static) if (last - first > 1)
     for (int64_t i = first; i < last; i++) {
         int64_t b = i / n_heads, h = i % n_heads;
@@ -163,92 +287,28 @@ void attend_rows(const float *q, const float *kt, float *weights, float *top, fl
         const float *kh = kt + ((b * (n_heads / group) + h / group) * d) * n_keys;
         float *wh = weights + i * n_rows * seen;
         int64_t keys = lengths ? (lengths[b] < seen ? lengths[b] : seen) : seen;
-        for (int64_t r0 = 0; r0 < n_rows; r0 += 4) {
-            int64_t rows = n_rows - r0 < 4 ? n_rows - r0 : 4;
-            int64_t limit[4];
-            int64_t widest = 0;
-            for (int64_t r = 0; r < rows; r++) {
-                int64_t lim = keys;
-                if (causal && start + r0 + r + offset + 1 < lim) lim = start + r0 + r + offset + 1;
-                limit[r] = lim;
-                if (lim > widest) widest = lim;
-            }
-            const float *qr = qh + r0 * d;
-            float *wr = wh + r0 * seen;
-            int64_t j = 0;
-#if defined(__AVX512F__)
-            for (; j < widest; j += 32) {
-                __mmask16 m0 = widest - j >= 16 ? (__mmask16)0xFFFF
-                                                : (__mmask16)((1u << (widest - j)) - 1);
-                __mmask16 m1 = widest - j >= 32   ? (__mmask16)0xFFFF
-                               : widest - j <= 16 ? (__mmask16)0
-                                                  : (__mmask16)((1u << (widest - j - 16)) - 1);
-                const float *q0 = qr, *q1 = qr + (rows > 1 ? d : 0);
-                const float *q2 = qr + (rows > 2 ? 2 * d : 0), *q3 = qr + (rows > 3 ? 3 * d : 0);
-                __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
-                __m512 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-                const float *kr = kh + j;
-                for (int64_t k = 0; k < d; k++, kr += n_keys) {
-                    __m512 k0 = _mm512_maskz_loadu_ps(m0, kr);
-                    __m512 k1 = _mm512_maskz_loadu_ps(m1, kr + 16);
-                    __m512 x = _mm512_set1_ps(q0[k]);
-                    a00 = _mm512_fmadd_ps(x, k0, a00);
-                    a01 = _mm512_fmadd_ps(x, k1, a01);
-                    x = _mm512_set1_ps(q1[k]);
-                    a10 = _mm512_fmadd_ps(x, k0, a10);
-                    a11 = _mm512_fmadd_ps(x, k1, a11);
-                    x = _mm512_set1_ps(q2[k]);
-                    a20 = _mm512_fmadd_ps(x, k0, a20);
-                    a21 = _mm512_fmadd_ps(x, k1, a21);
-                    x = _mm512_set1_ps(q3[k]);
-                    a30 = _mm512_fmadd_ps(x, k0, a30);
-                    a31 = _mm512_fmadd_ps(x, k1, a31);
-                }
-                float *o = wr + j;
-                _mm512_mask_storeu_ps(o, m0, a00);
-                _mm512_mask_storeu_ps(o + 16, m1, a01);
-                if (rows > 1) {
-                    _mm512_mask_storeu_ps(o + seen, m0, a10);
-                    _mm512_mask_storeu_ps(o + seen + 16, m1, a11);
-                }
-                if (rows > 2) {
-                    _mm512_mask_storeu_ps(o + 2 * seen, m0, a20);
-                    _mm512_mask_storeu_ps(o + 2 * seen + 16, m1, a21);
-                }
-                if (rows > 3) {
-                    _mm512_mask_storeu_ps(o + 3 * seen, m0, a30);
-                    _mm512_mask_storeu_ps(o + 3 * seen + 16, m1, a31);
-                }
-            }
-#else
-            /* tiles in plain C: 4 rows x TILE keys of partial sums that the compiler keeps
-             * in vector registers */
-            enum { TILE = 16 };
-            for (; j < widest; j += TILE) {
-                int64_t cols = widest - j < TILE ? widest - j : TILE;
-                float a[4][TILE] = {{0}};
-                const float *kr = kh + j;
-                for (int64_t k = 0; k < d; k++, kr += n_keys) {
-                    float x[4];
-                    for (int r = 0; r < 4; r++) x[r] = qr[(r < rows ? r : 0) * d + k];
-                    if (cols == TILE) {
-                        for (int r = 0; r < 4; r++)
-#pragma omp simd
-                            for (int c = 0; c < TILE; c++) a[r][c] += x[r] * kr[c];
-                    } else {
-                        for (int r = 0; r < 4; r++)
-                            for (int64_t c = 0; c < cols; c++) a[r][c] += x[r] * kr[c];
-                    }
-                }
-                for (int64_t r = 0; r < rows; r++)
-                    memcpy(wr + r * seen + j, a[r], (size_t)cols * sizeof(float));
-            }
-#endif
-            for (int64_t r = 0; r < rows; r++) {
-                int64_t at = i * n_rows + r0 + r;
-                softmax_row_limited(wr + r * seen, seen, limit[r], top + at, entropy + at);
+        /* the keys row r sees: 0..limit(r) (non-decreasing in r) */
+#define ROW_LIMIT(r) (causal && start + (r) + offset + 1 < keys ? start + (r) + offset + 1 : keys)
+        int64_t widest_all = ROW_LIMIT(n_rows - 1);
+        for (int64_t j = 0; j < widest_all; j += KEY_TILE) {
+            for (int64_t r0 = 0; r0 < n_rows; r0 += 4) {
+                int64_t rows = n_rows - r0 < 4 ? n_rows - r0 : 4;
+                int64_t widest = ROW_LIMIT(r0 + rows - 1);
+                if (j >= widest) continue;
+                int64_t n = widest - j < KEY_TILE ? widest - j : KEY_TILE;
+                score_tile(qh + r0 * d, rows, d, kh + j, n_keys, n, wh + r0 * seen + j, seen);
             }
         }
+        for (int64_t r = 0; r < n_rows; r++) {
+            int64_t at = i * n_rows + r, limit = ROW_LIMIT(r);
+            softmax_row_limited(wh + r * seen, seen, limit, top + at, entropy + at);
+            if (!columns) continue;
+            /* the row's weighted sums of the per-key columns, while it is in L1 */
+            int64_t used = limit <= 0 ? seen : (limit < seen ? limit : seen);
+            row_sums(wh + r * seen, columns + b * n_columns * n_keys, n_keys, n_columns, used,
+                     mixed + at * n_columns);
+        }
+#undef ROW_LIMIT
     }
 }
 
@@ -421,5 +481,40 @@ void word_argmax_rows(const float *weights, int64_t n_heads, int64_t n_rows, int
             word = -1;
         }
         if (h == 0) next_current[b] = word;
+    }
+}
+
+/* Positional heads (Voita et al. 2019; Clark et al. 2019) for rows start..start+t of every
+ * (sentence, head) pair in [first, last): the number of counted query rows whose largest weight
+ * lies at offset k = -3..+3 from the row's own position (the leftmost such offset when several
+ * tie; an offset outside 0..s is never hit), and the summed weights on the previous and the next
+ * token.
+ * weights: (B, H, t, s); top: (B, H, t) each row's largest weight; query: (B, T) 1 on the rows
+ * that count; hits: (B, H, 7); near: (B, H, 2) previous, next. Both are overwritten. */
+void positional_rows(const float *weights, const float *top, const uint8_t *query,
+                     int64_t n_heads, int64_t n_rows, int64_t n_keys, int64_t n_tokens,
+                     int64_t start, float *hits, float *near, int64_t first, int64_t last) {
+#pragma omp parallel for schedule(static) if (last - first > 1)
+    for (int64_t i = first; i < last; i++) {
+        int64_t b = i / n_heads;
+        double count[7] = {0}, previous = 0.0, next = 0.0;
+        for (int64_t r = 0; r < n_rows; r++) {
+            int64_t t = start + r;
+            if (!query[b * n_tokens + t]) continue;
+            const float *row = weights + (i * n_rows + r) * n_keys;
+            float best = top[i * n_rows + r];
+            for (int64_t k = 0; k < 7; k++) {
+                int64_t key = t + k - 3;
+                if (key >= 0 && key < n_keys && row[key] >= best) {
+                    count[k] += 1.0;
+                    break;
+                }
+            }
+            if (t >= 1 && t - 1 < n_keys) previous += row[t - 1];
+            if (t + 1 < n_keys) next += row[t + 1];
+        }
+        for (int64_t k = 0; k < 7; k++) hits[i * 7 + k] = (float)count[k];
+        near[i * 2] = (float)previous;
+        near[i * 2 + 1] = (float)next;
     }
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from headlab.native import kernels, positional_rows
 from headlab.roles.bootstrap import Sums, ratio
 from headlab.roles.geometry import Geometry
 
@@ -17,18 +18,34 @@ OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
 
 
 def collect(
-    pattern: torch.Tensor, geo: Geometry, start: int = 0, *, top: torch.Tensor | None = None
+    pattern: torch.Tensor,
+    geo: Geometry,
+    start: int = 0,
+    *,
+    top: torch.Tensor | None = None,
+    native: bool = True,
 ) -> dict[str, torch.Tensor]:
     """pattern rows ``(B, H, t, T)`` (queries ``start..start+t``) -> ``hits (B, H, 7)``,
     ``previous (B, H)``, ``next (B, H)``.
 
     A row's argmax is at offset ``k`` when the weight on ``t + k`` is the row's largest and no
     nearer-left offset ties it; ``top`` ``(B, H, t)``, each row's largest weight, when the caller
-    has it. Only the seven weights near the diagonal are read, never a whole row again."""
+    has it. Only the seven weights near the diagonal are read, never a whole row again. With
+    ``native`` (the default), float32 CPU weights and :mod:`headlab.native`'s kernels built,
+    one pass in C over each head's rows (``positional_rows``) counts the same."""
     n_batch, n_heads, n_rows, n_keys = pattern.shape
-    query = geo.query[:, None, start : start + n_rows, None]  # (B, 1, t, 1)
     if top is None:
         top = pattern.amax(-1)  # (B, H, t)
+    if (
+        native
+        and pattern.device.type == "cpu"
+        and pattern.dtype == torch.float32
+        and kernels() is not None
+    ):
+        counted = geo.query.to(torch.uint8)  # (B, T)
+        hits, near = positional_rows(pattern, top.float(), counted, start)
+        return {"positional.hits": hits, "previous": near[..., 0], "next": near[..., 1]}
+    query = geo.query[:, None, start : start + n_rows, None]  # (B, 1, t, 1)
     key = torch.arange(start, start + n_rows)[:, None] + torch.tensor(OFFSETS)  # (t, 7)
     ok = (key >= 0) & (key < n_keys)
     idx = key.clamp(0, n_keys - 1).expand(n_batch, n_heads, n_rows, len(OFFSETS))

@@ -56,12 +56,17 @@ def test_attend_rows_match_torch(
 ) -> None:
     """Scores and softmax of a block of rows with right padding, the causal triangle (keys
     already cached: ``extra``) and key/value heads shared by ``group`` query heads, as float64
-    torch computes them from the whole matrices."""
+    torch computes them from the whole matrices; the queries read in place from a model's head
+    view (token-major), the scale applied to the products, and the rows' sums of three key
+    columns."""
     g = torch.Generator().manual_seed(start + rows)
     n_batch, n_kv, n_q, d = 3, 2, 12, 24
     n_keys = n_q + extra
-    query = torch.randn(n_batch, n_kv * group, n_q, d, generator=g) * 0.4
+    scale = 0.7
+    tokens = torch.randn(n_batch, n_q, n_kv * group, d, generator=g) * 0.6  # (B, T, H, D)
+    query = tokens.transpose(1, 2)  # (B, H, T, D), not contiguous
     keys = torch.randn(n_batch, n_kv, n_keys, d, generator=g)
+    columns = torch.rand(n_batch, n_keys, 3, generator=g)
     lengths = torch.tensor([n_keys, n_keys - 4, 0])  # the last sentence sees no key at all
     stop = start + rows
     seen = min(n_keys, stop + extra) if causal else n_keys
@@ -70,20 +75,24 @@ def test_attend_rows_match_torch(
         torch.empty(n_batch, n_kv * group, rows),
         torch.empty(n_batch, n_kv * group, rows),
     )
+    mixed = torch.empty(n_batch, n_kv * group, rows, 3)
     native.attend_rows(
-        query.contiguous(),
+        query,
         keys.transpose(-2, -1).contiguous(),
         start,
         rows,
         seen,
+        scale=scale,
         lengths=lengths,
         causal=causal,
         weights=weights,
         top=top,
         entropy=entropy,
+        columns_t=columns.transpose(1, 2).contiguous(),
+        mixed=mixed,
     )
     k = keys.double().repeat_interleave(group, dim=1)
-    scores = query.double()[:, :, start:stop] @ k.transpose(-2, -1)  # (B, H, t, S)
+    scores = scale * query.double()[:, :, start:stop] @ k.transpose(-2, -1)  # (B, H, t, S)
     visible = torch.arange(n_keys)[None, None, None, :] < lengths[:, None, None, None]
     if causal:
         row = torch.arange(start, stop)[:, None] + extra
@@ -93,7 +102,9 @@ def test_attend_rows_match_torch(
     assert torch.equal(top, weights.amax(-1))
     ent = -torch.xlogy(expect, expect).sum(-1)
     assert (entropy[:2] - ent[:2]).abs().max() < 2e-5
+    assert (mixed[:2] - (expect @ columns[:, None, :seen].double())[:2]).abs().max() < 2e-6
     assert torch.allclose(weights[2], torch.full_like(weights[2], 1 / seen))  # no key: uniform
+    assert torch.allclose(mixed[2], columns[2, :seen].mean(0).expand(mixed.shape[1:]))
 
 
 def test_kernels_build_once_into_the_cache(fresh: Path) -> None:

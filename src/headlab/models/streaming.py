@@ -176,7 +176,7 @@ def attention_blocks(
     if columns_in_kernel and columns is not None:
         columns_t = columns.float().transpose(1, 2).contiguous()  # (B, X, S)
     if one_pass:
-        q_scaled = (query.float() * scaling).contiguous()  # (B, H, T, D)
+        q_rows = query.float()  # (B, H, T, D), read in place (a head view of (B, T, H, D))
         keys_t = key.float().transpose(-2, -1).contiguous()  # (B, Hkv, D, S)
         key_counts = None if lengths is None else torch.tensor(lengths, dtype=torch.long)
     else:
@@ -192,7 +192,7 @@ def attention_blocks(
             if columns_t is not None:
                 kernel_mixed = top.new_empty(n_batch, n_heads, t, columns_t.shape[1])
             native.attend_rows(
-                q_scaled, keys_t, start, t, seen, lengths=key_counts, causal=causal,
+                q_rows, keys_t, start, t, seen, scale=scaling, lengths=key_counts, causal=causal,
                 weights=weights, top=top, entropy=entropy, columns_t=columns_t,
                 mixed=kernel_mixed,
             )  # fmt: skip

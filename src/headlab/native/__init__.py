@@ -61,14 +61,20 @@ _CHOSEN = ("HEADLAB_NATIVE=0", "not an x86 CPU")
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
-#: each kernel's arguments: p a pointer, q a pointer or None, i int64, b int32
+#: each kernel's arguments: p a pointer, q a pointer or None, i int64, b int32, d double
 _SIGNATURES = {
     "softmax_rows": "ppppiii",
-    "attend_rows": "pppppiiiiiiiiqbiqiqii",
+    "attend_rows": "pppppiiiiiiiqbiqiqiiidii",
     "word_argmax_rows": "piiipiipppippippppbii",
     "positional_rows": "pppiiiiippii",
 }
-_CTYPES = {"p": ctypes.c_void_p, "q": ctypes.c_void_p, "i": ctypes.c_int64, "b": ctypes.c_int32}
+_CTYPES = {
+    "p": ctypes.c_void_p,
+    "q": ctypes.c_void_p,
+    "i": ctypes.c_int64,
+    "b": ctypes.c_int32,
+    "d": ctypes.c_double,
+}
 
 
 def cache_dir() -> Path:
@@ -221,6 +227,14 @@ def pointer(t: torch.Tensor) -> int:
     return int(t.data_ptr())
 
 
+def row_pointer(t: torch.Tensor) -> int:
+    """The address of a CPU tensor's first element whose last dimension is contiguous (rows may
+    lie any number of elements apart)."""
+    if t.device.type != "cpu" or t.stride(-1) != 1 or min(t.stride()) < 0:
+        raise ValueError("native kernels need CPU tensors with contiguous rows")
+    return int(t.data_ptr())
+
+
 def softmax_rows(
     scores: torch.Tensor, weights: torch.Tensor, top: torch.Tensor, entropy: torch.Tensor
 ) -> None:
@@ -240,6 +254,7 @@ def attend_rows(
     n_rows: int,
     seen: int,
     *,
+    scale: float = 1.0,
     lengths: torch.Tensor | None,
     causal: bool,
     weights: torch.Tensor,
@@ -249,23 +264,28 @@ def attend_rows(
     mixed: torch.Tensor | None = None,
 ) -> None:
     """Attention weights of query rows ``start:start+n_rows`` over keys ``0:seen`` in one pass
-    per row (see ``rows.c``): float32 ``query (B, H, T, D)`` already scaled, ``keys_t (B, Hkv,
-    D, S)``, ``lengths (B,)`` int64 keys per sentence (right padding) or ``None``, ``causal``
-    (bottom-right aligned); writes ``weights (B, H, t, s)``, ``top`` and ``entropy (B, H,
-    t)``; with ``columns_t (B, X, S)`` float32 per-key values, also ``mixed (B, H, t, X)``,
-    each row's weighted sums of them."""
+    per row (see ``rows.c``): float32 ``query (B, H, T, D)`` (any strides with the last one 1:
+    a model's head view is read in place), ``scale`` on its products with the keys, ``keys_t
+    (B, Hkv, D, S)``, ``lengths (B,)`` int64 keys per sentence (right padding) or ``None``,
+    ``causal`` (bottom-right aligned); writes ``weights (B, H, t, s)``, ``top`` and ``entropy
+    (B, H, t)``; with ``columns_t (B, X, S)`` float32 per-key values, also ``mixed (B, H, t,
+    X)``, each row's weighted sums of them."""
     lib = kernels()
+    if query.stride(-1) != 1:
+        query = query.contiguous()
     n_batch, n_heads, n_queries, d = query.shape
     n_kv, n_keys = keys_t.shape[1], keys_t.shape[3]
     if (columns_t is None) != (mixed is None):
         raise ValueError("attend_rows: give columns_t and mixed together, or neither")
+    stride_b, stride_h, stride_t, _ = query.stride()
     args = (
-        pointer(query), pointer(keys_t), pointer(weights), pointer(top), pointer(entropy),
-        n_heads, n_heads // n_kv, n_queries, n_keys, d, start, n_rows, seen,
+        row_pointer(query), pointer(keys_t), pointer(weights), pointer(top), pointer(entropy),
+        n_heads, n_heads // n_kv, n_keys, d, start, n_rows, seen,
         pointer(lengths) if lengths is not None else None, int(causal), n_keys - n_queries,
         pointer(columns_t) if columns_t is not None else None,
         0 if columns_t is None else columns_t.shape[1],
         pointer(mixed) if mixed is not None else None,
+        stride_b, stride_h, stride_t, float(scale),
     )  # fmt: skip
     parallel(lambda a, b: lib.attend_rows(*args, a, b), n_batch * n_heads)
 

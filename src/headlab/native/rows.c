@@ -85,7 +85,8 @@ static inline __m512 exp16(__m512 x) {
 }
 #endif
 
-static void softmax_row(const float *s, float *w, int64_t n, float *top, float *entropy) {
+static void softmax_row(const float *s, float *w, int64_t n, float scale, float *top,
+                        float *entropy) {
     float m = -INFINITY, z = 0.0f, zs = 0.0f;
 #if defined(__AVX512F__)
     /* two vectors per step (independent sums), the last partial vector under a mask */
@@ -100,11 +101,11 @@ static void softmax_row(const float *s, float *w, int64_t n, float *top, float *
         m0 = _mm512_mask_max_ps(m0, t, m0, _mm512_maskz_loadu_ps(t, s + j));
     }
     m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
-    const __m512 mm = _mm512_set1_ps(m), low = _mm512_set1_ps(-87.0f);
+    const __m512 mm = _mm512_set1_ps(m), sc = _mm512_set1_ps(scale), low = _mm512_set1_ps(-87.0f);
     __m512 z0 = _mm512_setzero_ps(), z1 = z0, s0 = z0, s1 = z0;
     for (j = 0; j + 32 <= n; j += 32) {
-        __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(s + j), mm);
-        __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(s + j + 16), mm);
+        __m512 d0 = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mm), sc);
+        __m512 d1 = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), mm), sc);
         __m512 e0 = exp16(d0), e1 = exp16(d1);
         _mm512_storeu_ps(w + j, e0);
         _mm512_storeu_ps(w + j + 16, e1);
@@ -115,7 +116,7 @@ static void softmax_row(const float *s, float *w, int64_t n, float *top, float *
     }
     for (; j < n; j += 16) {
         __mmask16 t = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + j), mm);
+        __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + j), mm), sc);
         __m512 e = _mm512_maskz_mov_ps(t, exp16(d));
         _mm512_mask_storeu_ps(w + j, t, e);
         z0 = _mm512_add_ps(z0, e);
@@ -133,7 +134,7 @@ static void softmax_row(const float *s, float *w, int64_t n, float *top, float *
     for (int64_t t = 0; t < n; t++) m = s[t] > m ? s[t] : m;
 #pragma omp simd reduction(+ : z, zs)
     for (int64_t t = 0; t < n; t++) {
-        float d = s[t] - m;
+        float d = (s[t] - m) * scale;
         float e = exp_nonpositive(d);
         w[t] = e;
         z += e;
@@ -150,12 +151,13 @@ void softmax_rows(const float *scores, float *weights, float *top, float *entrop
                   int64_t n_cols, int64_t first, int64_t last) {
 #pragma omp parallel for schedule(static) if (last - first > 1)
     for (int64_t i = first; i < last; i++)
-        softmax_row(scores + i * n_cols, weights + i * n_cols, n_cols, top + i, entropy + i);
+        softmax_row(scores + i * n_cols, weights + i * n_cols, n_cols, 1.0f, top + i,
+                    entropy + i);
 }
 
 /* Softmax of a row's first `limit` scores (the rest of its n get weight 0); a row that sees
  * no key (limit <= 0) gets uniform weights, as a softmax over n equal masked scores. */
-static void softmax_row_limited(float *w, int64_t n, int64_t limit, float *top,
+static void softmax_row_limited(float *w, int64_t n, int64_t limit, float scale, float *top,
                                 float *entropy) {
     if (limit <= 0) {
         for (int64_t j = 0; j < n; j++) w[j] = 1.0f / (float)n;
@@ -164,7 +166,7 @@ static void softmax_row_limited(float *w, int64_t n, int64_t limit, float *top,
         return;
     }
     if (limit > n) limit = n;
-    softmax_row(w, w, limit, top, entropy);
+    softmax_row(w, w, limit, scale, top, entropy);
     memset(w + limit, 0, (size_t)(n - limit) * sizeof(float));
 }
 
@@ -201,17 +203,17 @@ enum { KEY_TILE = 32 };
 enum { KEY_TILE = 16 };
 #endif
 
-/* Scores of up to 4 query rows (q: rows x d, row-major) against keys j..j+n of one head
+/* Scores of up to 4 query rows (q: rows x d, q_row floats apart) against keys j..j+n of one head
  * (kt: d x n_keys, keys transposed; n <= KEY_TILE): w[r * seen + c] = sum_k q[r, k] kt[k, c]. */
-static void score_tile(const float *q, int64_t rows, int64_t d, const float *kt, int64_t n_keys,
-                       int64_t n, float *w, int64_t seen) {
+static void score_tile(const float *q, int64_t rows, int64_t d, int64_t q_row, const float *kt,
+                       int64_t n_keys, int64_t n, float *w, int64_t seen) {
 #if defined(__AVX512F__)
     __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
     __mmask16 m1 = n >= 32   ? (__mmask16)0xFFFF
                    : n <= 16 ? (__mmask16)0
                              : (__mmask16)((1u << (n - 16)) - 1);
-    const float *q0 = q, *q1 = q + (rows > 1 ? d : 0);
-    const float *q2 = q + (rows > 2 ? 2 * d : 0), *q3 = q + (rows > 3 ? 3 * d : 0);
+    const float *q0 = q, *q1 = q + (rows > 1 ? q_row : 0);
+    const float *q2 = q + (rows > 2 ? 2 * q_row : 0), *q3 = q + (rows > 3 ? 3 * q_row : 0);
     __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
     __m512 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
     const float *kr = kt;
@@ -251,7 +253,7 @@ static void score_tile(const float *q, int64_t rows, int64_t d, const float *kt,
     const float *kr = kt;
     for (int64_t k = 0; k < d; k++, kr += n_keys) {
         float x[4];
-        for (int r = 0; r < 4; r++) x[r] = q[(r < rows ? r : 0) * d + k];
+        for (int r = 0; r < 4; r++) x[r] = q[(r < rows ? r : 0) * q_row + k];
         if (n == KEY_TILE) {
             for (int r = 0; r < 4; r++)
 #pragma omp simd
@@ -265,25 +267,28 @@ static void score_tile(const float *q, int64_t rows, int64_t d, const float *kt,
 #endif
 }
 
-/* Scores q k^T and their softmax for rows start..start+t of each (sentence, head) pair in
- * [first, last). A pair's scores are computed key tile by key tile: each tile of keys (4 KiB
- * at D = 32) stays in the L1 cache while every row of the block reads it, and the block's
- * scores (t x s) stay in the L2 cache until each row's softmax, right after. q: (B, H, T, D)
- * already scaled; kt: (B, Hkv, D, S) (keys transposed, head by head); weights: (B, H, t, s)
- * for keys 0..s; top, entropy: (B, H, t). Row i of sentence b sees keys j < lengths[b] (when
- * lengths is given) and, when causal, j <= start + i + offset.
+/* Scores q k^T times scale and their softmax for rows start..start+t of each (sentence, head)
+ * pair in [first, last). A pair's scores are computed key tile by key tile: each tile of keys
+ * (4 KiB at D = 32) stays in the L1 cache while every row of the block reads it, and the
+ * block's scores (t x s) stay in the L2 cache until each row's softmax, right after; the scale
+ * is applied there (one product per score, none per query).
+ * q: (B, H, T, D), element (b, h, t, k) at b * q_batch + h * q_head + t * q_row + k (a model's
+ *   head view, read in place); kt: (B, Hkv, D, S) (keys transposed, head by head);
+ * weights: (B, H, t, s) for keys 0..s; top, entropy: (B, H, t). Row i of sentence b sees keys
+ * j < lengths[b] (when lengths is given) and, when causal, j <= start + i + offset.
  * columns: (B, X, S) per-key values (X <= 4) or NULL; mixed: (B, H, t, X) each row's weighted
  * sums of them (sum_j p_j columns[b, x, j]), computed while the row's weights are in the L1
  * cache. */
 void attend_rows(const float *q, const float *kt, float *weights, float *top, float *entropy,
-                 int64_t n_heads, int64_t group, int64_t n_queries, int64_t n_keys, int64_t d,
-                 int64_t start, int64_t n_rows, int64_t seen, const int64_t *lengths,
+                 int64_t n_heads, int64_t group, int64_t n_keys, int64_t d, int64_t start,
+                 int64_t n_rows, int64_t seen, const int64_t *lengths,
                  int32_t causal, int64_t offset, const float *columns, int64_t n_columns,
-                 float *mixed, int64_t first, int64_t last) {
+                 float *mixed, int64_t q_batch, int64_t q_head, int64_t q_row, double scale,
+                 int64_t first, int64_t last) {
 #pragma omp parallel for schedule(static) if (last - first > 1)
     for (int64_t i = first; i < last; i++) {
         int64_t b = i / n_heads, h = i % n_heads;
-        const float *qh = q + ((i * n_queries) + start) * d;
+        const float *qh = q + b * q_batch + h * q_head + start * q_row;
         const float *kh = kt + ((b * (n_heads / group) + h / group) * d) * n_keys;
         float *wh = weights + i * n_rows * seen;
         int64_t keys = lengths ? (lengths[b] < seen ? lengths[b] : seen) : seen;
@@ -296,12 +301,13 @@ void attend_rows(const float *q, const float *kt, float *weights, float *top, fl
                 int64_t widest = ROW_LIMIT(r0 + rows - 1);
                 if (j >= widest) continue;
                 int64_t n = widest - j < KEY_TILE ? widest - j : KEY_TILE;
-                score_tile(qh + r0 * d, rows, d, kh + j, n_keys, n, wh + r0 * seen + j, seen);
+                score_tile(qh + r0 * q_row, rows, d, q_row, kh + j, n_keys, n,
+                           wh + r0 * seen + j, seen);
             }
         }
         for (int64_t r = 0; r < n_rows; r++) {
             int64_t at = i * n_rows + r, limit = ROW_LIMIT(r);
-            softmax_row_limited(wh + r * seen, seen, limit, top + at, entropy + at);
+            softmax_row_limited(wh + r * seen, seen, limit, (float)scale, top + at, entropy + at);
             if (!columns) continue;
             /* the row's weighted sums of the per-key columns, while it is in L1 */
             int64_t used = limit <= 0 ? seen : (limit < seen ? limit : seen);

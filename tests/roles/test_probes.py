@@ -364,6 +364,38 @@ def test_fixed_offset_baseline_by_hand() -> None:
     assert base[2, 1, at(-2)] == 1  # mat finds "on" two words back
 
 
+def _sentence_counts_loops(heads, rels, n_rel):
+    """The baseline counted arc by arc (the definition, written out)."""
+    counts = np.zeros((n_rel, 2))
+    base = np.zeros((n_rel, 2, len(syntactic.OFFSETS)))
+    pairs = set()
+    for d, (h, r) in enumerate(zip(heads, rels, strict=True)):
+        if h < 0 or r < 0:
+            continue
+        counts[r, 0] += 1
+        pairs.add((h, r))
+        if h - d in syntactic.OFFSETS:
+            base[r, 0, syntactic.OFFSETS.index(h - d)] += 1
+        if d - h in syntactic.OFFSETS:  # the head finds this dependent d - h words away
+            base[r, 1, syntactic.OFFSETS.index(d - h)] += 1
+    for _, r in pairs:
+        counts[r, 1] += 1
+    return counts, base
+
+
+def test_fixed_offset_baseline_matches_loops_on_random_trees() -> None:
+    """Counts and baselines of random trees (long arcs beyond the offsets, uncounted relations,
+    several dependents of one relation on one head) as counted arc by arc."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 40, 90):
+        heads = [-1 if i == 0 else int((i + rng.integers(1, n)) % n) for i in range(n)]
+        rels = [int(r) for r in rng.integers(-1, 5, size=n)]
+        counts, base = syntactic.sentence_counts(heads, rels, 5)
+        want_counts, want_base = _sentence_counts_loops(heads, rels, 5)
+        assert np.array_equal(counts.numpy(), want_counts), n
+        assert np.array_equal(base.numpy(), want_base), n
+
+
 def test_coreference_counts_the_right_name(batch) -> None:
     alignments, pattern, geo = batch
     # in sentence 0: "who" (word 3 after [CLS]) as the pronoun; candidates "chef" and "Paris"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from headlab.roles.bootstrap import Sums, ratio
@@ -41,7 +42,6 @@ CORE_RELATIONS = (
 DIRECTIONS = ("dependent_to_head", "head_to_dependent")
 MAX_OFFSET = 20
 OFFSETS = tuple(k for k in range(-MAX_OFFSET, MAX_OFFSET + 1) if k != 0)
-_OFFSET_INDEX = {k: i for i, k in enumerate(OFFSETS)}
 
 
 def sentence_counts(
@@ -50,34 +50,30 @@ def sentence_counts(
     """Gold arc counts ``(R, 2)`` and fixed-offset baseline hits ``(R, 2, offsets)`` of a sentence.
 
     ``heads`` are 0-based word indices (-1 root), ``relations`` relation ids (-1: not counted).
+    Dependent to head: one count per arc, a baseline hit at offset ``head - dependent``. Head to
+    dependent: one count per (head word, relation) pair; its baseline offsets are those at which
+    the head finds a dependent of that relation (``dependent - head``), one hit each.
     """
-    n = len(heads)
     n_offsets = len(OFFSETS)
-    # flat cell indices, one entry per count: a bincount builds each tensor at once (a nested
-    # list of R x 80 zeros per sentence cost more than everything else here)
-    count_cells: list[int] = []  # r * 2 + direction
-    base_cells: list[int] = []  # (r * 2 + direction) * offsets + offset
-    dependents: dict[tuple[int, int], set[int]] = {}
-    for d, (h, r) in enumerate(zip(heads, relations, strict=True)):
-        if h < 0 or r < 0:
-            continue
-        count_cells.append(r * 2)
-        if 0 < abs(h - d) <= MAX_OFFSET:
-            base_cells.append(r * 2 * n_offsets + _OFFSET_INDEX[h - d])
-        dependents.setdefault((h, r), set()).add(d)
-    for (h, r), deps in dependents.items():
-        count_cells.append(r * 2 + 1)
-        for d in deps:  # the offsets at which h finds a dependent of this relation
-            k = d - h
-            if 0 < abs(k) <= MAX_OFFSET and 0 <= d < n:
-                base_cells.append((r * 2 + 1) * n_offsets + _OFFSET_INDEX[k])
-    counts = torch.bincount(torch.tensor(count_cells, dtype=torch.long), minlength=n_relations * 2)
-    base = torch.bincount(
-        torch.tensor(base_cells, dtype=torch.long), minlength=n_relations * 2 * n_offsets
-    )
+    head = np.asarray(heads, dtype=np.int64)
+    rel = np.asarray(relations, dtype=np.int64)
+    arc = (head >= 0) & (rel >= 0)
+    dep = np.flatnonzero(arc)
+    head, rel = head[arc], rel[arc]
+    pairs = np.unique(head * n_relations + rel) % n_relations  # one per (head, relation)
+    counts = np.bincount(rel * 2, minlength=n_relations * 2)
+    counts += np.bincount(pairs * 2 + 1, minlength=n_relations * 2)
+    offset = head - dep  # dependent to head; head to dependent is -offset
+    near = (offset != 0) & (np.abs(offset) <= MAX_OFFSET)
+    offset, rel = offset[near], rel[near]
+    # OFFSETS skips 0: index k + MAX_OFFSET below it, k + MAX_OFFSET - 1 above
+    to_head = offset + MAX_OFFSET - (offset > 0)
+    to_dep = -offset + MAX_OFFSET - (offset < 0)
+    cells = np.concatenate([(rel * 2) * n_offsets + to_head, (rel * 2 + 1) * n_offsets + to_dep])
+    base = np.bincount(cells, minlength=n_relations * 2 * n_offsets)
     return (
-        counts.float().view(n_relations, 2),
-        base.float().view(n_relations, 2, n_offsets),
+        torch.from_numpy(counts).float().view(n_relations, 2),
+        torch.from_numpy(base).float().view(n_relations, 2, n_offsets),
     )
 
 

@@ -129,10 +129,10 @@ def attention_blocks(
     Entropy is ``log Z - sum_j p_j s_j`` with ``log Z = s_max - log p_max``: no logarithm per
     weight. On CPU, with :mod:`headlab.native`'s kernels built, each row's scores (float32, no
     bias, no mask beyond right padding and the causal triangle) or else its softmax, largest
-    weight and entropy come from one pass per row; otherwise from torch's ops. A row that sees
-    no key gets uniform weights (only padding rows can; callers do not count them). Masks of
-    right padding (keys from each row's length on) and the causal triangle are filled as
-    slices; other masks cell by cell.
+    weight and entropy (and up to 4 columns' sums) come from one pass per row; otherwise from
+    torch's ops. A row that sees no key gets uniform weights (only padding rows can; callers do
+    not count them). Masks of right padding (keys from each row's length on) and the causal
+    triangle are filled as slices; other masks cell by cell.
     """
     n_batch, n_heads, n_queries, d = query.shape
     n_kv, n_keys = key.shape[1], key.shape[2]
@@ -143,9 +143,6 @@ def attention_blocks(
     offset = n_keys - n_queries  # causal alignment (keys already cached)
     # keys and values are laid out head after head (a model's head view of (B, S, Hkv, D) is
     # not): else every block's product would copy all of them again
-    # a few float32 columns ride along in the values' product; many columns (copied once per
-    # key/value head there) and lower precisions (the sums stay float32) get a product of their
-    # own, over all heads' rows at once
     workspace = workspace or Workspace()
     if lengths is None:
         lengths = key_lengths(mask, causal, n_queries, n_keys)
@@ -158,6 +155,9 @@ def attention_blocks(
     one_pass = (
         fused and native.fused_scores() and dtype == torch.float32 and bias is None and mask is None
     )
+    # up to KERNEL_COLUMNS columns are summed in that pass; otherwise a few float32 columns ride
+    # along in the values' product, and many columns (copied once per key/value head there) and
+    # lower precisions (the sums stay float32) get a product of their own, over all heads' rows
     columns_in_kernel = one_pass and columns is not None and columns.shape[-1] <= KERNEL_COLUMNS
     mix_in_product = (
         columns is not None

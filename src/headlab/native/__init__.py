@@ -277,6 +277,10 @@ def attend_rows(
     n_kv, n_keys = keys_t.shape[1], keys_t.shape[3]
     if (columns_t is None) != (mixed is None):
         raise ValueError("attend_rows: give columns_t and mixed together, or neither")
+    if columns_t is not None and columns_t.shape[1] > 4:
+        raise ValueError(f"attend_rows sums at most 4 columns, got {columns_t.shape[1]}")
+    if query.dtype != torch.float32 or keys_t.dtype != torch.float32:
+        raise ValueError(f"attend_rows takes float32, got {query.dtype} and {keys_t.dtype}")
     stride_b, stride_h, stride_t, _ = query.stride()
     args = (
         row_pointer(query), pointer(keys_t), pointer(weights), pointer(top), pointer(entropy),

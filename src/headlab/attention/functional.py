@@ -14,7 +14,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from headlab import native
 from headlab.attention import memory
 from headlab.attention.masks import causal_mask
 
@@ -71,51 +70,6 @@ def repeat_kv(x: torch.Tensor, n_groups: int) -> torch.Tensor:
     return x.repeat_interleave(n_groups, dim=1)  # (B, H, S, D)
 
 
-#: per-head weights from headlab.native's row kernel when it can (see :func:`_native_weights`)
-NATIVE_WEIGHTS = True
-
-
-def _native_weights(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None,
-    scale: float,
-    dropout_p: float,
-    causal: bool,
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(weights (B, H, T, S), head outputs (B, H, T, D))`` from :mod:`headlab.native`'s
-    ``attend_rows`` (each head's scores and softmax in one pass over its rows, the scores of a
-    head kept in the L2 cache), then one product with the values for all heads (a group of
-    query heads reads its key/value head directly, without copies); ``None`` where it does not
-    apply: autograd, other devices or dtypes, masks other than the plain causal one, dropout,
-    kernels without fused scores."""
-    if (
-        not NATIVE_WEIGHTS
-        or q.device.type != "cpu"
-        or q.dtype != torch.float32
-        or mask is not None
-        or dropout_p > 0
-        or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-        or not native.fused_scores()
-    ):
-        return None
-    n_batch, n_heads, n_queries = q.shape[:3]
-    n_kv, n_keys = k.shape[1], k.shape[2]
-    weights = memory.empty((n_batch, n_heads, n_queries, n_keys), dtype=q.dtype, device=q.device)
-    top = q.new_empty(n_batch, n_heads, n_queries)
-    entropy = torch.empty_like(top)
-    keys_t = k.transpose(-2, -1).contiguous()  # (B, Hkv, D, S)
-    native.attend_rows(
-        q, keys_t, 0, n_queries, n_keys, scale=scale, lengths=None, causal=causal,
-        weights=weights, top=top, entropy=entropy,
-    )  # fmt: skip
-    grouped = weights.view(n_batch, n_kv, (n_heads // n_kv) * n_queries, n_keys)
-    head_outputs = torch.matmul(grouped, v).view(n_batch, n_heads, n_queries, v.shape[-1])
-    return weights, head_outputs
-
-
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -155,10 +109,6 @@ def attend(
 
     if need_weights:
         reason = "per-head attention weights requested"
-        fast = _native_weights(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p,
-                               causal=causal_top_left)  # fmt: skip
-        if fast is not None:
-            return AttendResult(head_outputs=fast[1], weights=fast[0], why_not_fast_path=reason)
         if causal_top_left:
             mask = causal_mask(q.shape[2], k.shape[2], device=q.device)  # (T, S)
         k_full, v_full = repeat_kv(k, n_groups), repeat_kv(v, n_groups)  # (B, H, S, D)

@@ -8,6 +8,7 @@ needed, and the explicit path when the attention weights must be returned.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,15 +116,22 @@ def attend(
         # Scaling q (T x D) is cheaper than scaling the scores (T x S), and leaves q contiguous.
         q_scaled = q if scale == 1.0 else q * scale  # (already scaled by the projection)
         keys_t = k_full.transpose(-2, -1)  # (B, H, D, S)
-        if torch.is_grad_enabled() and (q_scaled.requires_grad or keys_t.requires_grad):
+        tracked = torch.is_grad_enabled() and (
+            q_scaled.requires_grad or keys_t.requires_grad or v_full.requires_grad
+        )
+        shape = (*q_scaled.shape[:-1], keys_t.shape[-1])
+        n_bytes = math.prod(shape) * q_scaled.dtype.itemsize
+        if tracked or n_bytes < memory.HUGE_FROM:
             scores = torch.matmul(q_scaled, keys_t)  # (B, H, T, S)
         else:  # large weights on huge pages (about 2x faster to write, see memory.empty)
-            shape = (*q_scaled.shape[:-1], keys_t.shape[-1])
             scores = memory.empty(shape, dtype=q_scaled.dtype, device=q_scaled.device)
             torch.matmul(q_scaled, keys_t, out=scores)  # (B, H, T, S)
         if mask is not None:
             scores = scores.masked_fill_(~mask, float("-inf"))
-        weights = _SoftmaxInPlace.apply(scores)  # (B, H, T, S), each row sums to 1
+        if tracked:  # in place, with a backward that needs only the weights
+            weights = _SoftmaxInPlace.apply(scores)  # (B, H, T, S), each row sums to 1
+        else:  # no graph: the same softmax without the autograd function's cost per call
+            weights = torch.softmax(scores, dim=-1, out=scores)
         if empty_rows is not None:
             weights = weights.masked_fill(empty_rows, 0.0)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights

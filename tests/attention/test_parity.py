@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from headlab.attention import HeadWeights, MultiHeadAttention, reference_attention
+from headlab.attention import module as module_file
 
 TOL = 1e-10
 
@@ -224,3 +225,49 @@ def test_float32_inference_matches_float64(causal: bool, n_kv_heads: int) -> Non
     assert (fast.output.double() - ref.output).abs().max() < 1e-5
     if causal:
         assert bool((fast.weights.triu(1) == 0).all())
+
+
+@pytest.mark.parametrize(
+    ("n_kv_heads", "cross", "causal"),
+    [(None, False, False), (None, False, True), (2, False, True), (1, True, False)],
+)
+def test_float32_weights_path_matches_float64(
+    kernels: str,
+    monkeypatch: pytest.MonkeyPatch,
+    n_kv_heads: int | None,
+    cross: bool,
+    causal: bool,
+) -> None:
+    """``inspect`` in float32 without autograd (the path that runs the native kernel where it
+    is built, torch's ops elsewhere): output, weights, head outputs and contributions as the
+    same module computes them in float64, with a head mask, GQA/MQA, cross-attention and a
+    causal mask over cached keys (T < S)."""
+    torch.manual_seed(3)
+    module = MultiHeadAttention(d_model=48, n_heads=4, n_kv_heads=n_kv_heads).eval()
+    with torch.no_grad():
+        module.in_proj.bias.normal_()
+        module.out_proj.bias.normal_()
+    double = MultiHeadAttention(d_model=48, n_heads=4, n_kv_heads=n_kv_heads).double().eval()
+    double.load_state_dict(module.state_dict())
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 9, 48, generator=g)
+    kv = torch.randn(3, 13, 48, generator=g) if cross else None
+    if causal:  # the last 9 of 13 positions query: keys 0..3 come first
+        kv = torch.randn(3, 13, 48, generator=g)
+    gate = torch.tensor([1.0, 0.0, 0.5, 1.0])
+    kwargs = {"is_causal": causal, "head_mask": gate}
+    calls = []
+    blocks = module_file.attend_blocks
+    monkeypatch.setattr(
+        module_file, "attend_blocks", lambda *a, **k: calls.append(1) or blocks(*a, **k)
+    )
+    with torch.inference_mode():
+        got = module.inspect(x, kv, **kwargs)
+        want = double.inspect(x.double(), None if kv is None else kv.double(), **kwargs)
+    for name in ("output", "weights", "head_outputs", "contributions"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == torch.float32
+        assert (a.double() - b).abs().max() < 2e-5, name
+    assert got.weights is not None and bool((got.weights[..., 0, 5:] == 0).all()) == causal
+    # the native kernel runs where it has its AVX-512 paths, torch's ops elsewhere
+    assert len(calls) == (1 if kernels == "native" else 0)

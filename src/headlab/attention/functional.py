@@ -3,7 +3,8 @@
 ``attend`` computes ``softmax(q k^T * scale + mask) v`` for every head (Vaswani et al. 2017,
 eq. 1), with grouped key/value heads (Ainslie et al. 2023: query head ``h`` reads key/value head
 ``h // G``). It takes torch's fused ``scaled_dot_product_attention`` when nothing per-head is
-needed, and the explicit path when the attention weights must be returned.
+needed, and the explicit path when the attention weights must be returned. ``attend_blocks`` is
+that explicit path in one native pass (float32 CPU inference, no mask or the causal one).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from headlab import native
 from headlab.attention import memory
 from headlab.attention.masks import causal_mask
 
@@ -157,3 +159,50 @@ def attend(
     if empty_rows is not None:
         head_outputs = head_outputs.masked_fill(empty_rows, 0.0)
     return AttendResult(head_outputs=head_outputs, weights=None, why_not_fast_path=None)
+
+
+def native_weights_available() -> bool:
+    """Whether :func:`attend_blocks` can run: the native kernels built with their AVX-512 paths
+    (without them, MKL's products win; see :func:`headlab.native.fused_scores`)."""
+    return native.fused_scores()
+
+
+def attend_blocks(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    biases: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
+    scale: float,
+    causal: bool,
+) -> AttendResult:
+    """The explicit path of :func:`attend` (weights returned) in one native pass per block of
+    four query rows: scores, softmax and the values' product while the block is in the L1 cache,
+    instead of torch's passes over the whole ``(B, H, T, S)`` tensor. No autograd, no dropout,
+    float32 on the CPU; masks: none, or causal (bottom-right aligned, ``T <= S``).
+
+    Args:
+        q: ``(B, H, T, D)``, k and v: ``(B, Hkv, S, D)``; any strides whose last is 1, so the
+            head views of a fused projection are read where they lie.
+        biases: the projections' biases of q, k and v (``(H D)``, ``(Hkv D)``, ``(Hkv D)`` or
+            ``None``), added as the kernel reads (the projection then skips a pass over its
+            output).
+        scale: multiplies the scores.
+        causal: query ``t`` sees keys ``j <= t + S - T``.
+
+    The head outputs come back as a ``(B, H, T, D)`` view of their concatenation ``(B, T, H D)``
+    (already laid out for the output projection).
+    """
+    b, h, t, d = q.shape
+    s = k.shape[2]
+    weights = memory.empty((b, h, t, s), dtype=q.dtype, device=q.device)  # (B, H, T, S)
+    concat = torch.empty(b, t, h, d, dtype=q.dtype, device=q.device)  # (B, T, H, D)
+    heads = concat.transpose(1, 2)  # (B, H, T, D) view
+    native.attend_heads(
+        q, k, v, scale=scale, causal=causal, biases=biases, weights=weights, out=heads
+    )
+    return AttendResult(
+        head_outputs=heads,
+        weights=weights,
+        why_not_fast_path="per-head attention weights requested",
+    )

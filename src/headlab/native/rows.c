@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* 1 when built with OpenMP (the kernels split their loops themselves) */
@@ -522,5 +523,196 @@ void positional_rows(const float *weights, const float *top, const uint8_t *quer
         for (int64_t k = 0; k < 7; k++) hits[i * 7 + k] = (float)count[k];
         near[i * 2] = (float)previous;
         near[i * 2 + 1] = (float)next;
+    }
+}
+
+/* Query rows per block of attend_heads: 8 with AVX-512 (16 accumulators in registers, each
+ * key or value vector read once for 8 rows), else 4 */
+#if defined(__AVX512F__)
+enum { BLOCK = 8 };
+#else
+enum { BLOCK = 4 };
+#endif
+
+/* Scores of a block of BLOCK query rows (q: BLOCK x d, contiguous) against keys j..j+n of one
+ * head (kt: d x padded, keys transposed; n <= KEY_TILE): w[r * seen + c] for r < rows. */
+static void score_block(const float *q, int64_t rows, int64_t d, const float *kt,
+                        int64_t padded, int64_t n, float *w, int64_t seen) {
+#if defined(__AVX512F__)
+    __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    __mmask16 m1 = n >= 32   ? (__mmask16)0xFFFF
+                   : n <= 16 ? (__mmask16)0
+                             : (__mmask16)((1u << (n - 16)) - 1);
+    /* named accumulators: gcc keeps them in registers (an array of vectors goes to the stack) */
+    __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0;
+    __m512 b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0, a6 = a0, b6 = a0, a7 = a0, b7 = a0;
+    const float *kr = kt;
+    for (int64_t k = 0; k < d; k++, kr += padded) {
+        __m512 k0 = _mm512_maskz_loadu_ps(m0, kr), k1 = _mm512_maskz_loadu_ps(m1, kr + 16);
+#define ROW(r)                                         \
+    {                                                  \
+        __m512 x = _mm512_set1_ps(q[(r) * d + k]);     \
+        a##r = _mm512_fmadd_ps(x, k0, a##r);           \
+        b##r = _mm512_fmadd_ps(x, k1, b##r);           \
+    }
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
+#undef ROW
+    }
+#define STORE(r)                                             \
+    if ((r) < rows) {                                        \
+        _mm512_mask_storeu_ps(w + (r) * seen, m0, a##r);      \
+        _mm512_mask_storeu_ps(w + (r) * seen + 16, m1, b##r); \
+    }
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7)
+#undef STORE
+#else
+    score_tile(q, rows, d, d, kt, padded, n, w, seen);
+#endif
+}
+
+/* out[r * o_row + c] = sum_j w[r * seen + j] v[j * d + c] (+ bias[c]) for the rows r < rows
+ * of a block, over keys 0..n and columns 0..d (v: n x d, contiguous): the values' product
+ * while the block's weights are in the L1 cache, each value row read once for the block. */
+static void weigh_values(const float *w, int64_t seen, int64_t rows, const float *v, int64_t n,
+                         int64_t d, const float *bias, float *out, int64_t o_row) {
+#if defined(__AVX512F__)
+    const float *wr[BLOCK];
+    for (int r = 0; r < BLOCK; r++) wr[r] = w + (r < rows ? r : 0) * seen;
+    for (int64_t c = 0; c < d; c += 32) {
+        __mmask16 m0 = d - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - c)) - 1);
+        __mmask16 m1 = d - c >= 32   ? (__mmask16)0xFFFF
+                       : d - c <= 16 ? (__mmask16)0
+                                     : (__mmask16)((1u << (d - c - 16)) - 1);
+        __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0;
+        __m512 b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0, a6 = a0, b6 = a0, a7 = a0, b7 = a0;
+        const float *vr = v + c;
+        for (int64_t j = 0; j < n; j++, vr += d) {
+            __m512 v0 = _mm512_maskz_loadu_ps(m0, vr), v1 = _mm512_maskz_loadu_ps(m1, vr + 16);
+#define ROW(r)                                        \
+    {                                                 \
+        __m512 x = _mm512_set1_ps(wr[r][j]);          \
+        a##r = _mm512_fmadd_ps(x, v0, a##r);          \
+        b##r = _mm512_fmadd_ps(x, v1, b##r);          \
+    }
+            ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
+#undef ROW
+        }
+        __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias + c) : _mm512_setzero_ps();
+        __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + c + 16) : _mm512_setzero_ps();
+#define STORE(r)                                                                      \
+    if ((r) < rows) {                                                                 \
+        _mm512_mask_storeu_ps(out + (r) * o_row + c, m0, _mm512_add_ps(a##r, c0));      \
+        _mm512_mask_storeu_ps(out + (r) * o_row + c + 16, m1, _mm512_add_ps(b##r, c1)); \
+    }
+        STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7)
+#undef STORE
+    }
+#else
+    for (int64_t r = 0; r < rows; r++) {
+        const float *wr = w + r * seen;
+        float *o = out + r * o_row;
+#pragma omp simd
+        for (int64_t c = 0; c < d; c++) o[c] = bias ? bias[c] : 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            float x = wr[j];
+            const float *vr = v + j * d;
+#pragma omp simd
+            for (int64_t c = 0; c < d; c++) o[c] += x * vr[c];
+        }
+    }
+#endif
+}
+
+/* kt[c * padded + j] = k[j * k_row + c] (+ bias[c]) for n keys and d columns: one head's keys
+ * transposed, 16 keys per gather with AVX-512 */
+static void transpose_keys(const float *k, int64_t k_row, int64_t n, int64_t d,
+                           const float *bias, float *kt, int64_t padded) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    if (k_row * 15 < INT32_MAX) {
+        const __m512i at = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32((int32_t)k_row));
+        for (; j + 16 <= n; j += 16) {
+            const float *kr = k + j * k_row;
+            for (int64_t c = 0; c < d; c++) {
+                __m512 x = _mm512_i32gather_ps(at, kr + c, 4);
+                if (bias) x = _mm512_add_ps(x, _mm512_set1_ps(bias[c]));
+                _mm512_storeu_ps(kt + c * padded + j, x);
+            }
+        }
+    }
+#endif
+    for (; j < n; j++)
+        for (int64_t c = 0; c < d; c++) kt[c * padded + j] = k[j * k_row + c] + (bias ? bias[c] : 0.0f);
+}
+
+/* Multi-head attention with its weights, for every (batch, head) pair in [first, last): the
+ * explicit path of headlab's MultiHeadAttention, one block of 4 query rows at a time, each
+ * block's scores, softmax and values' product done while the block is in the L1 cache.
+ * q: element (b, h, t, c) at b * q_batch + h * q_head + t * q_row + c; k, v likewise for the
+ *   key/value heads (query head h reads key/value head h / group); any strides, so that the
+ *   heads of one fused projection are read in place;
+ * q_bias, k_bias: (H * D), (Hkv * D) added to q and k as they are read (or NULL);
+ * v_bias: (Hkv * D) added to each output row (the weights of a row sum to 1) (or NULL);
+ * weights: (B, H, T, S) written; out: element (b, h, t, c) at b * o_batch + h * o_head +
+ *   t * o_row + c (the heads' concatenation when laid out token by token);
+ * causal: row t sees keys j <= t + offset (offset >= 0), else every key;
+ * scale: multiplies the scores; scratch: per thread, d * (S rounded up to 16) floats for the
+ *   head's keys, transposed, plus 4 * d for a block of queries; failed: set to 1 when that
+ *   memory could not be had (nothing is computed then). */
+void attend_heads(const float *q, const float *k, const float *v, const float *q_bias,
+                  const float *k_bias, const float *v_bias, float *weights, float *out,
+                  int64_t n_heads, int64_t group, int64_t n_queries, int64_t n_keys, int64_t d,
+                  int64_t q_batch, int64_t q_head, int64_t q_row, int64_t k_batch,
+                  int64_t k_head, int64_t k_row, int64_t v_batch, int64_t v_head,
+                  int64_t v_row, int64_t o_batch, int64_t o_head, int64_t o_row,
+                  int32_t causal, int64_t offset, double scale, int32_t *failed, int64_t first,
+                  int64_t last) {
+    const int64_t padded = (n_keys + 15) / 16 * 16;
+#pragma omp parallel if (last - first > 1)
+    {
+        float *kt = malloc((size_t)(2 * d * padded + BLOCK * d) * sizeof(float));
+        float *vc = kt ? kt + d * padded : NULL, *qb = kt ? vc + d * padded : NULL;
+        if (!kt) *failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t i = first; i < last; i++) {
+            if (!kt) continue;
+            int64_t b = i / n_heads, h = i % n_heads, hk = h / group;
+            const float *qh = q + b * q_batch + h * q_head;
+            const float *kh = k + b * k_batch + hk * k_head;
+            const float *vh = v + b * v_batch + hk * v_head;
+            const float *bq = q_bias ? q_bias + h * d : NULL;
+            const float *bk = k_bias ? k_bias + hk * d : NULL;
+            const float *bv = v_bias ? v_bias + hk * d : NULL;
+            float *wh = weights + i * n_queries * n_keys;
+            float *oh = out + b * o_batch + h * o_head;
+            /* the head's keys, transposed (d x padded), with their bias */
+            transpose_keys(kh, k_row, n_keys, d, bk, kt, padded);
+            for (int64_t j = 0; j < n_keys; j++)
+                memcpy(vc + j * d, vh + j * v_row, (size_t)d * sizeof(float));
+            for (int64_t r0 = 0; r0 < n_queries; r0 += BLOCK) {
+                int64_t rows = n_queries - r0 < BLOCK ? n_queries - r0 : BLOCK;
+                for (int64_t r = 0; r < BLOCK; r++) { /* rows past the end repeat the last */
+                    const float *qr = qh + (r0 + (r < rows ? r : rows - 1)) * q_row;
+                    for (int64_t c = 0; c < d; c++) qb[r * d + c] = qr[c] + (bq ? bq[c] : 0.0f);
+                }
+#define ROW_LIMIT(r) (causal && (r) + offset + 1 < n_keys ? (r) + offset + 1 : n_keys)
+                int64_t widest = ROW_LIMIT(r0 + rows - 1);
+                for (int64_t j = 0; j < widest; j += KEY_TILE) {
+                    int64_t n = widest - j < KEY_TILE ? widest - j : KEY_TILE;
+                    score_block(qb, rows, d, kt + j, padded, n, wh + r0 * n_keys + j, n_keys);
+                }
+                for (int64_t r = 0; r < rows; r++) {
+                    float top, entropy;
+                    softmax_row_limited(wh + (r0 + r) * n_keys, n_keys, ROW_LIMIT(r0 + r),
+                                        (float)scale, &top, &entropy);
+                }
+#undef ROW_LIMIT
+                weigh_values(wh + r0 * n_keys, n_keys, rows, vc, widest, d, bv,
+                             oh + r0 * o_row, o_row);
+            }
+        }
+        free(kt);
     }
 }

@@ -526,6 +526,51 @@ void positional_rows(const float *weights, const float *top, const uint8_t *quer
     }
 }
 
+/* Softmax in place of a row's first `limit` scores (already scaled; limit >= 1), the rest of
+ * its n set to 0: the softmax of attend_heads, which needs no largest weight or entropy. */
+static void softmax_plain(float *w, int64_t n, int64_t limit) {
+    if (limit > n) limit = n;
+#if defined(__AVX512F__)
+    int64_t j = 0;
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    for (; j + 32 <= limit; j += 32) {
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(w + j));
+        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(w + j + 16));
+    }
+    for (; j < limit; j += 16) {
+        __mmask16 t = limit - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (limit - j)) - 1);
+        m0 = _mm512_mask_max_ps(m0, t, m0, _mm512_maskz_loadu_ps(t, w + j));
+    }
+    const __m512 mm = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(m0, m1)));
+    __m512 z0 = _mm512_setzero_ps(), z1 = z0;
+    for (j = 0; j + 32 <= limit; j += 32) {
+        __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(w + j), mm));
+        __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(w + j + 16), mm));
+        _mm512_storeu_ps(w + j, e0);
+        _mm512_storeu_ps(w + j + 16, e1);
+        z0 = _mm512_add_ps(z0, e0);
+        z1 = _mm512_add_ps(z1, e1);
+    }
+    for (; j < limit; j += 16) {
+        __mmask16 t = limit - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (limit - j)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(t, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, w + j), mm)));
+        _mm512_mask_storeu_ps(w + j, t, e);
+        z0 = _mm512_add_ps(z0, e);
+    }
+    const __m512 iv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(z0, z1)));
+    for (j = 0; j + 16 <= limit; j += 16)
+        _mm512_storeu_ps(w + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), iv));
+    if (j < limit) {
+        __mmask16 t = (__mmask16)((1u << (limit - j)) - 1);
+        _mm512_mask_storeu_ps(w + j, t, _mm512_mul_ps(_mm512_maskz_loadu_ps(t, w + j), iv));
+    }
+    memset(w + limit, 0, (size_t)(n - limit) * sizeof(float));
+#else
+    float top, entropy;
+    softmax_row_limited(w, n, limit, 1.0f, &top, &entropy);
+#endif
+}
+
 /* Query rows per block of attend_heads: 8 with AVX-512 (16 accumulators in registers, each
  * key or value vector read once for 8 rows), else 4 */
 #if defined(__AVX512F__)
@@ -576,8 +621,11 @@ static void score_block(const float *q, int64_t rows, int64_t d, const float *kt
 static void weigh_values(const float *w, int64_t seen, int64_t rows, const float *v, int64_t n,
                          int64_t d, const float *bias, float *out, int64_t o_row) {
 #if defined(__AVX512F__)
-    const float *wr[BLOCK];
-    for (int r = 0; r < BLOCK; r++) wr[r] = w + (r < rows ? r : 0) * seen;
+    /* named pointers, kept in registers (rows past the end read row 0) */
+    const float *w0 = w, *w1 = w + (rows > 1 ? seen : 0), *w2 = w + (rows > 2 ? 2 * seen : 0);
+    const float *w3 = w + (rows > 3 ? 3 * seen : 0), *w4 = w + (rows > 4 ? 4 * seen : 0);
+    const float *w5 = w + (rows > 5 ? 5 * seen : 0), *w6 = w + (rows > 6 ? 6 * seen : 0);
+    const float *w7 = w + (rows > 7 ? 7 * seen : 0);
     for (int64_t c = 0; c < d; c += 32) {
         __mmask16 m0 = d - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - c)) - 1);
         __mmask16 m1 = d - c >= 32   ? (__mmask16)0xFFFF
@@ -590,7 +638,7 @@ static void weigh_values(const float *w, int64_t seen, int64_t rows, const float
             __m512 v0 = _mm512_maskz_loadu_ps(m0, vr), v1 = _mm512_maskz_loadu_ps(m1, vr + 16);
 #define ROW(r)                                        \
     {                                                 \
-        __m512 x = _mm512_set1_ps(wr[r][j]);          \
+        __m512 x = _mm512_set1_ps(w##r[j]);           \
         a##r = _mm512_fmadd_ps(x, v0, a##r);          \
         b##r = _mm512_fmadd_ps(x, v1, b##r);          \
     }
@@ -695,7 +743,8 @@ void attend_heads(const float *q, const float *k, const float *v, const float *q
                 int64_t rows = n_queries - r0 < BLOCK ? n_queries - r0 : BLOCK;
                 for (int64_t r = 0; r < BLOCK; r++) { /* rows past the end repeat the last */
                     const float *qr = qh + (r0 + (r < rows ? r : rows - 1)) * q_row;
-                    for (int64_t c = 0; c < d; c++) qb[r * d + c] = qr[c] + (bq ? bq[c] : 0.0f);
+                    for (int64_t c = 0; c < d; c++)
+                        qb[r * d + c] = (qr[c] + (bq ? bq[c] : 0.0f)) * (float)scale;
                 }
 #define ROW_LIMIT(r) (causal && (r) + offset + 1 < n_keys ? (r) + offset + 1 : n_keys)
                 int64_t widest = ROW_LIMIT(r0 + rows - 1);
@@ -703,11 +752,8 @@ void attend_heads(const float *q, const float *k, const float *v, const float *q
                     int64_t n = widest - j < KEY_TILE ? widest - j : KEY_TILE;
                     score_block(qb, rows, d, kt + j, padded, n, wh + r0 * n_keys + j, n_keys);
                 }
-                for (int64_t r = 0; r < rows; r++) {
-                    float top, entropy;
-                    softmax_row_limited(wh + (r0 + r) * n_keys, n_keys, ROW_LIMIT(r0 + r),
-                                        (float)scale, &top, &entropy);
-                }
+                for (int64_t r = 0; r < rows; r++)
+                    softmax_plain(wh + (r0 + r) * n_keys, n_keys, ROW_LIMIT(r0 + r));
 #undef ROW_LIMIT
                 weigh_values(wh + r0 * n_keys, n_keys, rows, vc, widest, d, bv,
                              oh + r0 * o_row, o_row);

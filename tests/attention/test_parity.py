@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from headlab import native
 from headlab.attention import HeadWeights, MultiHeadAttention, reference_attention
 from headlab.attention import module as module_file
 
@@ -271,3 +272,28 @@ def test_float32_weights_path_matches_float64(
     assert got.weights is not None and bool((got.weights[..., 0, 5:] == 0).all()) == causal
     # the native kernel runs where it has its AVX-512 paths, torch's ops elsewhere
     assert len(calls) == (1 if kernels == "native" else 0)
+
+
+def test_wide_heads_and_long_inputs_keep_torchs_ops(
+    kernels: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native pass is taken only where it was measured to win: heads of 128 (where MKL's
+    deeper products are as fast) and keys whose K and V outgrow half the L2 cache go through
+    torch's ops, with the same results."""
+    calls = []
+    blocks = module_file.attend_blocks
+    monkeypatch.setattr(
+        module_file, "attend_blocks", lambda *a, **k: calls.append(1) or blocks(*a, **k)
+    )
+    torch.manual_seed(5)
+    wide = MultiHeadAttention(d_model=256, n_heads=2).eval()  # D = 128
+    narrow = MultiHeadAttention(d_model=64, n_heads=2).eval()  # D = 32
+    with torch.inference_mode():
+        wide.inspect(torch.randn(1, 6, 256))
+        assert calls == []
+        narrow.inspect(torch.randn(1, 6, 64))
+        assert len(calls) == (1 if kernels == "native" else 0)
+        monkeypatch.setitem(native._state, "l2", 8 * 32 * 6)  # room for 3 of the 6 keys
+        got = narrow.inspect(torch.randn(1, 6, 64))
+        assert len(calls) == (1 if kernels == "native" else 0)
+    assert torch.allclose(got.weights.sum(-1), torch.ones(1, 2, 6))

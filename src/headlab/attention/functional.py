@@ -161,10 +161,18 @@ def attend(
     return AttendResult(head_outputs=head_outputs, weights=None, why_not_fast_path=None)
 
 
-def native_weights_available() -> bool:
-    """Whether :func:`attend_blocks` can run: the native kernels built with their AVX-512 paths
-    (without them, MKL's products win; see :func:`headlab.native.fused_scores`)."""
-    return native.fused_scores()
+def attend_blocks_wins(head_dim: int, n_keys: int) -> bool:
+    """Whether :func:`attend_blocks` beats torch's ops for heads of this width over this many
+    keys: the native kernels are built with their AVX-512 paths (without them MKL's products
+    win, see :func:`headlab.native.fused_scores`), heads are at most 64 wide (at 128, MKL's
+    deeper products were as fast), and one head's keys and values fit in half the L2 cache
+    (each block of rows reads them again: with 1 MiB of them in a 2 MiB L2, 0.86x torch's
+    time; with 2 MiB, 1.3x to 1.6x)."""
+    return (
+        head_dim <= 64
+        and 2 * head_dim * n_keys * 4 <= native.l2_bytes() // 2
+        and native.fused_scores()
+    )
 
 
 def attend_blocks(

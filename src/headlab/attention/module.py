@@ -21,7 +21,7 @@ from headlab.attention.functional import (
     AttendResult,
     attend,
     attend_blocks,
-    native_weights_available,
+    attend_blocks_wins,
 )
 from headlab.attention.kv_cache import KVCache
 from headlab.attention.masks import combine_masks
@@ -277,8 +277,9 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool,
         kv_cache: KVCache | None,
     ) -> bool:
-        """Whether per-head weights can come from :func:`attend_blocks`: float32 on the CPU,
-        no autograd graph, no dropout, no cache, and no mask other than the causal one."""
+        """Whether per-head weights come from :func:`attend_blocks`: float32 on the CPU, no
+        autograd graph, no dropout, no cache, no mask other than the causal one, and a shape
+        where it wins (:func:`attend_blocks_wins`)."""
         n_keys = query.shape[1] if key_value is None else key_value.shape[1]
         tracked = torch.is_grad_enabled() and (
             query.requires_grad
@@ -296,7 +297,7 @@ class MultiHeadAttention(nn.Module):
             and attn_mask is None
             and key_padding_mask is None
             and (not is_causal or query.shape[1] <= n_keys)
-            and native_weights_available()
+            and attend_blocks_wins(self.head_dim, n_keys)
         )
 
     def _run_blocks(

@@ -188,6 +188,23 @@ def fused_scores() -> bool:
     return lib is not None and lib.headlab_vector_bits() >= 512
 
 
+def l2_bytes() -> int:
+    """The L2 cache of one core in bytes (Linux sysfs), or 1 MiB where it cannot be read."""
+    if "l2" not in _state:
+        size = 1 << 20
+        try:
+            for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+                if (index / "level").read_text().strip() == "2":
+                    text = (index / "size").read_text().strip().upper()
+                    unit = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+                    size = int(text.rstrip("KM")) * unit
+                    break
+        except (OSError, ValueError):
+            pass
+        _state["l2"] = size
+    return int(_state["l2"])
+
+
 def by_choice() -> bool:
     """Whether the kernels are off by design (``HEADLAB_NATIVE=0``, or a CPU they are not
     measured on), not for want of a working compiler."""

@@ -279,7 +279,8 @@ def test_wide_heads_and_long_inputs_keep_torchs_ops(
 ) -> None:
     """The native pass is taken only where it was measured to win: heads of 128 (where MKL's
     deeper products are as fast) and keys whose K and V outgrow half the L2 cache go through
-    torch's ops, with the same results."""
+    torch's ops, with the same results; so does cross-attention to no keys at all (zero head
+    outputs)."""
     calls = []
     blocks = module_file.attend_blocks
     monkeypatch.setattr(
@@ -293,6 +294,9 @@ def test_wide_heads_and_long_inputs_keep_torchs_ops(
         assert calls == []
         narrow.inspect(torch.randn(1, 6, 64))
         assert len(calls) == (1 if kernels == "native" else 0)
+        nothing = narrow.inspect(torch.randn(1, 3, 64), torch.randn(1, 0, 64))  # no keys
+        assert len(calls) == (1 if kernels == "native" else 0)
+        assert torch.equal(nothing.head_outputs, torch.zeros(1, 2, 3, 32))
         monkeypatch.setitem(native._state, "l2", 8 * 32 * 6)  # room for 3 of the 6 keys
         got = narrow.inspect(torch.randn(1, 6, 64))
         assert len(calls) == (1 if kernels == "native" else 0)

@@ -296,6 +296,7 @@ class MultiHeadAttention(nn.Module):
             and kv_cache is None
             and attn_mask is None
             and key_padding_mask is None
+            and n_keys > 0  # with no key at all, every head output is zero (torch's ops)
             and (not is_causal or query.shape[1] <= n_keys)
             and attend_blocks_wins(self.head_dim, n_keys)
         )

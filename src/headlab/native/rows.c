@@ -84,13 +84,9 @@ static inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(keep, p, n);
 }
-#endif
 
-static void softmax_row(const float *s, float *w, int64_t n, float scale, float *top,
-                        float *entropy) {
-    float m = -INFINITY, z = 0.0f, zs = 0.0f;
-#if defined(__AVX512F__)
-    /* two vectors per step (independent sums), the last partial vector under a mask */
+/* The largest of s[0..n), two vectors per step, the last partial vector under a mask */
+static inline float max16(const float *s, int64_t n) {
     int64_t j = 0;
     __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
     for (; j + 32 <= n; j += 32) {
@@ -101,7 +97,17 @@ static void softmax_row(const float *s, float *w, int64_t n, float scale, float 
         __mmask16 t = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
         m0 = _mm512_mask_max_ps(m0, t, m0, _mm512_maskz_loadu_ps(t, s + j));
     }
-    m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+#endif
+
+static void softmax_row(const float *s, float *w, int64_t n, float scale, float *top,
+                        float *entropy) {
+    float m = -INFINITY, z = 0.0f, zs = 0.0f;
+#if defined(__AVX512F__)
+    /* two vectors per step (independent sums), the last partial vector under a mask */
+    int64_t j = 0;
+    m = max16(s, n);
     const __m512 mm = _mm512_set1_ps(m), sc = _mm512_set1_ps(scale), low = _mm512_set1_ps(-87.0f);
     __m512 z0 = _mm512_setzero_ps(), z1 = z0, s0 = z0, s1 = z0;
     for (j = 0; j + 32 <= n; j += 32) {
@@ -532,16 +538,7 @@ static void softmax_plain(float *w, int64_t n, int64_t limit) {
     if (limit > n) limit = n;
 #if defined(__AVX512F__)
     int64_t j = 0;
-    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
-    for (; j + 32 <= limit; j += 32) {
-        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(w + j));
-        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(w + j + 16));
-    }
-    for (; j < limit; j += 16) {
-        __mmask16 t = limit - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (limit - j)) - 1);
-        m0 = _mm512_mask_max_ps(m0, t, m0, _mm512_maskz_loadu_ps(t, w + j));
-    }
-    const __m512 mm = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(m0, m1)));
+    const __m512 mm = _mm512_set1_ps(max16(w, limit));
     __m512 z0 = _mm512_setzero_ps(), z1 = z0;
     for (j = 0; j + 32 <= limit; j += 32) {
         __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(w + j), mm));

@@ -85,6 +85,11 @@ static inline __m512 exp16(__m512 x) {
     return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
+/* The mask of the first n of 16 lanes (all for n >= 16, none for n <= 0) */
+static inline __mmask16 lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
 /* The largest of s[0..n), two vectors per step, the last partial vector under a mask */
 static inline float max16(const float *s, int64_t n) {
     int64_t j = 0;
@@ -215,10 +220,7 @@ enum { KEY_TILE = 16 };
 static void score_tile(const float *q, int64_t rows, int64_t d, int64_t q_row, const float *kt,
                        int64_t n_keys, int64_t n, float *w, int64_t seen) {
 #if defined(__AVX512F__)
-    __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-    __mmask16 m1 = n >= 32   ? (__mmask16)0xFFFF
-                   : n <= 16 ? (__mmask16)0
-                             : (__mmask16)((1u << (n - 16)) - 1);
+    __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
     const float *q0 = q, *q1 = q + (rows > 1 ? q_row : 0);
     const float *q2 = q + (rows > 2 ? 2 * q_row : 0), *q3 = q + (rows > 3 ? 3 * q_row : 0);
     __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
@@ -581,10 +583,7 @@ enum { BLOCK = 4 };
 static void score_block(const float *q, int64_t rows, int64_t d, const float *kt,
                         int64_t padded, int64_t n, float *w, int64_t seen) {
 #if defined(__AVX512F__)
-    __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-    __mmask16 m1 = n >= 32   ? (__mmask16)0xFFFF
-                   : n <= 16 ? (__mmask16)0
-                             : (__mmask16)((1u << (n - 16)) - 1);
+    __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
     /* named accumulators: gcc keeps them in registers (an array of vectors goes to the stack) */
     __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0;
     __m512 b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0, a6 = a0, b6 = a0, a7 = a0, b7 = a0;
@@ -624,10 +623,7 @@ static void weigh_values(const float *w, int64_t seen, int64_t rows, const float
     const float *w5 = w + (rows > 5 ? 5 * seen : 0), *w6 = w + (rows > 6 ? 6 * seen : 0);
     const float *w7 = w + (rows > 7 ? 7 * seen : 0);
     for (int64_t c = 0; c < d; c += 32) {
-        __mmask16 m0 = d - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (d - c)) - 1);
-        __mmask16 m1 = d - c >= 32   ? (__mmask16)0xFFFF
-                       : d - c <= 16 ? (__mmask16)0
-                                     : (__mmask16)((1u << (d - c - 16)) - 1);
+        __mmask16 m0 = lanes(d - c), m1 = lanes(d - c - 16);
         __m512 a0 = _mm512_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0;
         __m512 b3 = a0, a4 = a0, b4 = a0, a5 = a0, b5 = a0, a6 = a0, b6 = a0, a7 = a0, b7 = a0;
         const float *vr = v + c;

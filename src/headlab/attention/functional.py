@@ -185,7 +185,8 @@ def attend_blocks(
     causal: bool,
 ) -> AttendResult:
     """The explicit path of :func:`attend` (weights returned) in one native pass per block of
-    four query rows: scores, softmax and the values' product while the block is in the L1 cache,
+    query rows (8 with AVX-512): scores, softmax and the values' product while the block is in
+    the L1 cache,
     instead of torch's passes over the whole ``(B, H, T, S)`` tensor. No autograd, no dropout,
     float32 on the CPU; masks: none, or causal (bottom-right aligned, ``T <= S``).
 

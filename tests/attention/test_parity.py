@@ -27,19 +27,22 @@ def _torch_pair(d_model: int, n_heads: int, bias: bool, seed: int = 0):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("masking", ["none", "padding", "causal", "attn_mask"])
+@pytest.mark.parametrize("masking", ["none", "padding", "key_mask", "causal", "attn_mask"])
 def test_matches_torch_multihead_attention(bias: bool, masking: str) -> None:
     theirs, ours = _torch_pair(24, 4, bias)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(3, 7, 24, dtype=torch.float64, generator=g)
     kwargs_theirs: dict = {}
     kwargs_ours: dict = {}
-    if masking == "padding":
+    if masking in ("padding", "key_mask"):
         real = torch.ones(3, 7, dtype=torch.bool)
         real[1, 5:] = False
         real[2, 2:] = False
         kwargs_theirs["key_padding_mask"] = ~real  # torch: True = ignore
-        kwargs_ours["key_padding_mask"] = real  # headlab: True = real token
+        if masking == "padding":  # code ported from torch: the same argument, the same answer
+            kwargs_ours["key_padding_mask"] = ~real
+        else:  # headlab's other spelling: True = real token
+            kwargs_ours["key_mask"] = real
     elif masking == "causal":
         allowed = torch.ones(7, 7, dtype=torch.bool).tril()
         kwargs_theirs["attn_mask"] = ~allowed
@@ -79,7 +82,7 @@ def test_gradients_through_weights_match_torch(masking: str) -> None:
             )
             params = [theirs.in_proj_weight, theirs.in_proj_bias, theirs.out_proj.weight]
         else:
-            res = ours.inspect(xi, key_padding_mask=real)
+            res = ours.inspect(xi, key_padding_mask=~real)
             out, w = res.output, res.weights
             params = [ours.in_proj.weight, ours.in_proj.bias, ours.out_proj.weight]
         loss = out.square().sum() + (w * target).sum()
@@ -141,8 +144,8 @@ def test_fused_inference_projection_equals_the_autograd_path() -> None:
     graph = mha.inspect(x, is_causal=True)  # parameters require grad: the plain path
     with torch.inference_mode():
         fused = mha.inspect(x, is_causal=True)
-        fused_padded = mha(x, key_padding_mask=torch.tensor([[True] * 7, [True] * 4 + [False] * 3]))
-    plain_padded = mha(x, key_padding_mask=torch.tensor([[True] * 7, [True] * 4 + [False] * 3]))
+        fused_padded = mha(x, key_mask=torch.tensor([[True] * 7, [True] * 4 + [False] * 3]))
+    plain_padded = mha(x, key_mask=torch.tensor([[True] * 7, [True] * 4 + [False] * 3]))
     assert torch.allclose(fused.output, graph.output, atol=1e-12)
     assert fused.weights is not None and graph.weights is not None
     assert torch.allclose(fused.weights, graph.weights, atol=1e-12)
@@ -163,7 +166,7 @@ def test_weights_on_huge_pages_match_torch(masking: str, monkeypatch: pytest.Mon
     real = torch.ones(3, 7, dtype=torch.bool)
     real[1, 4:] = False
     kw_t: dict = {"key_padding_mask": ~real} if masking == "padding" else {}
-    kw_o: dict = {"key_padding_mask": real} if masking == "padding" else {}
+    kw_o: dict = {"key_padding_mask": ~real} if masking == "padding" else {}
     if masking == "causal":
         kw_t["attn_mask"] = ~torch.ones(7, 7, dtype=torch.bool).tril()
         kw_o["is_causal"] = True

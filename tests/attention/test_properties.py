@@ -178,7 +178,7 @@ def test_padded_batch_equals_each_sequence_alone(lay: dict, lengths: list[int]) 
     t = max(lengths)
     x = _x({**lay, "batch": len(lengths)}, t)
     real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]  # (B, S)
-    batched = mha(x, key_padding_mask=real, is_causal=True)
+    batched = mha(x, key_mask=real, is_causal=True)
     for i, n in enumerate(lengths):
         alone = mha(x[i : i + 1, :n], is_causal=True)
         torch.testing.assert_close(batched[i : i + 1, :n], alone, atol=TOL, rtol=0)
@@ -189,7 +189,7 @@ def test_gradcheck_float64() -> None:
     mha = MultiHeadAttention(d_model=6, n_heads=4, n_kv_heads=2, head_dim=3, dtype=torch.float64)
     x = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
     real = torch.tensor([[True, True, True, True], [True, True, False, False]])
-    assert torch.autograd.gradcheck(lambda t: mha(t, key_padding_mask=real, is_causal=True), (x,))
+    assert torch.autograd.gradcheck(lambda t: mha(t, key_mask=real, is_causal=True), (x,))
     assert torch.autograd.gradcheck(lambda t: mha.inspect(t).output, (x,))
 
 

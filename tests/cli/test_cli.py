@@ -21,7 +21,7 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["spec", "--context", "many"]) == 2
-    assert "invalid int value" in capsys.readouterr().err
+    assert "argument --context: expected an integer" in capsys.readouterr().err
     assert main([]) == 2
 
 

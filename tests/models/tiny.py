@@ -78,16 +78,24 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
-def build(family: str, folder: Path, *, attn_implementation: str = "sdpa", seed: int = 0) -> Path:
-    """Save a tiny random model of ``family`` with the MiniLM tokenizer into ``folder``."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+def build(
+    family: str,
+    folder: Path,
+    *,
+    attn_implementation: str = "sdpa",
+    seed: int = 0,
+    lm_head: bool = False,
+) -> Path:
+    """Save a tiny random model of ``family`` with the MiniLM tokenizer into ``folder`` (with
+    its causal language-model head when ``lm_head``)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     spec = dict(FAMILIES[family])
     model_type = spec.pop("model_type")
     config = AutoConfig.for_model(model_type, vocab_size=VOCAB, **spec)
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
-    model = AutoModel.from_config(config)
+    model = (AutoModelForCausalLM if lm_head else AutoModel).from_config(config)
     # random biases everywhere, so that no bias path is tested only at zero
     with torch.no_grad():
         for name, p in model.named_parameters():

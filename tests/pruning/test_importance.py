@@ -98,7 +98,7 @@ def test_progressive_search_rules(tiny_bert, pairs) -> None:
 
 
 def test_gqa_pruning_takes_whole_groups_and_uniform_is_uniform(tmp_path: Path) -> None:
-    lm = load(build("llama", tmp_path / "m"), with_lm_head=True)
+    lm = load(build("llama", tmp_path / "m", lm_head=True), with_lm_head=True)
     text = (sample_path("treebank").read_text()[:20000]).replace("\t", " ")
     ppl = PerplexityMetric.from_text(lm, text, window=32, max_windows=6)
     assert ppl.evaluate(lm) > 1.0

@@ -11,7 +11,7 @@ from headlab.cli import main
 pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
-XSS = "<script>window.__pwned = 1</script> The chef <b>cooked</b> & left."
+XSS = "<script>window.__pwned = 1</script> The chef <b>cooked</b> & left __JS__ __DATA__ __CSS__"
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +103,43 @@ def test_user_text_is_inert(page) -> None:
     assert page.evaluate("window.__pwned") is None
     assert page.locator("b", has_text="cooked").count() == 0
     assert page.errors == []
+
+
+def violations_to(found: list[str]):
+    return lambda m: "Content Security Policy" in m.text and found.append(m.text)
+
+
+def test_the_policy_runs_the_script_and_blocks_an_injected_one(
+    browser, report: Path, tmp_path: Path
+) -> None:
+    """Under the page's Content-Security-Policy (script and style allowed by their sha256) the
+    report's own script runs and its style applies, with no violation; a script added to the
+    page, inline or as an event handler, does not run."""
+    html = (report / "index.html").read_text(encoding="utf-8")
+    assert "unsafe-inline" not in html and "'sha256-" in html
+    injected = html.replace(
+        "</body>",
+        '<script>window.__pwned = 1</script><img src="x.png" onerror="window.__pwned = 2"></body>',
+    )
+    copy = report / "injected.html"
+    for name, text in (("index.html", None), ("injected.html", injected)):
+        if text is not None:
+            copy.write_text(text, encoding="utf-8")
+        page = browser.new_page()
+        violations: list[str] = []
+        page.on("console", violations_to(violations))
+        try:
+            page.goto((report / name).as_uri())
+            page.wait_for_selector("body[data-ready='1']")
+            assert page.evaluate("getComputedStyle(document.body).maxWidth") == "1200px"
+            assert page.evaluate("window.__pwned") is None
+            if name == "index.html":
+                assert violations == []
+            else:
+                assert violations  # the injected script and handler were refused
+        finally:
+            page.close()
+    copy.unlink()
 
 
 def test_a_model_pruned_layer_by_layer(browser, tmp_path: Path) -> None:

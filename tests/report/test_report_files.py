@@ -10,7 +10,7 @@ import pytest
 from headlab.cli import main
 from headlab.errors import OutputExistsError
 from headlab.outputs import atomic_folder
-from headlab.report.html import safe_json
+from headlab.report.html import render, safe_json
 
 
 def test_safe_json_cannot_close_the_script_element() -> None:
@@ -18,6 +18,52 @@ def test_safe_json_cannot_close_the_script_element() -> None:
     text = safe_json(data)
     assert "<" not in text and ">" not in text and "&" not in text
     assert json.loads(text) == data
+
+
+MARKERS = ["__VERSION__", "__CSP__", "__CSS__", "__FIGURES__", "__DATA__", "__JS__"]
+
+
+def test_user_text_spelling_every_marker_stays_text() -> None:
+    """Markers of the template in user text (sentence, figure caption) are not substituted: the
+    page keeps one copy of the script and of the data, and the data reads back unchanged."""
+    import html as html_lib
+    import re
+
+    text = " ".join(MARKERS) + " " + "".join(MARKERS)
+    data = {"sentence": text, "nested": {m: m for m in MARKERS}}
+    page = render(data, [(f"figures/{MARKERS[0]}.png", text)])
+    for marker in MARKERS:
+        assert f"<script>{marker}" not in page and f"<style>{marker}" not in page
+    found = re.search(r'<script type="application/json" id="headlab-data">(.*?)</script>', page)
+    assert found is not None and json.loads(found.group(1)) == data
+    assert page.count("<script>") == 1 and page.count('"use strict"') == 1
+    assert html_lib.escape(text) in page  # the caption, as text
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
+    assert csp is not None and "unsafe-inline" not in csp.group(1)
+
+
+def test_the_policy_allows_exactly_the_inline_script_and_style() -> None:
+    """The Content-Security-Policy names the sha256 of the page's one inline script and style,
+    refuses forms and <base>, and loads nothing else."""
+    import base64
+    import hashlib
+    import re
+
+    page = render({"x": 1}, [])
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
+    assert csp is not None
+    directives = dict(d.strip().split(" ", 1) for d in csp.group(1).split(";"))
+    script = re.search(r"<script>(.*?)</script>", page, re.S)
+    style = re.search(r"<style>(.*?)</style>", page, re.S)
+    assert script is not None and style is not None
+
+    def sha(text: str) -> str:
+        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+    assert directives["script-src"] == sha(script.group(1))
+    assert directives["style-src"] == sha(style.group(1))
+    assert directives["default-src"] == "'none'"
+    assert directives["form-action"] == "'none'" and directives["base-uri"] == "'none'"
 
 
 def test_atomic_folder_replaces_only_when_allowed(tmp_path: Path) -> None:

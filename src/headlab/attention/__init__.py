@@ -16,10 +16,11 @@ Dimension legend, used in every shape comment of headlab:
 Internal layout everywhere: q ``(B, H, T, D)``, k/v ``(B, Hkv, S, D)``, pattern ``(B, H, T, S)``,
 head output ``(B, H, T, D)``, head contribution ``(B, H, T, E)``.
 
-Mask convention (one for every mask headlab takes): **boolean, True means "may attend"** (the
-convention of ``torch.nn.functional.scaled_dot_product_attention`` and of Hugging Face's
-``attention_mask``). Note that it is the opposite of ``torch.nn.MultiheadAttention``'s
-``key_padding_mask``, where True means "ignore".
+Mask convention: **boolean, True means "may attend"** (the convention of
+``torch.nn.functional.scaled_dot_product_attention`` and of Hugging Face's ``attention_mask``) for
+``attn_mask`` and ``key_mask``. The one exception keeps torch's name and torch's meaning:
+``key_padding_mask`` is True for padding ("ignore"), exactly as in ``torch.nn.MultiheadAttention``,
+so code ported from torch gives torch's answer.
 """
 
 from headlab.attention.kv_cache import KVCache

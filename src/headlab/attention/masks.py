@@ -1,12 +1,15 @@
-"""Attention masks: one boolean convention, True means "may attend".
+"""Attention masks: boolean, True means "may attend", except torch's ``key_padding_mask``.
 
 Edge cases, spelled out:
 
 * **Causal with a cache.** With ``P`` cached positions, query ``i`` of the new block sits at
   absolute position ``P + i`` and may attend keys ``0 .. P + i``. The mask is therefore aligned
   to the bottom right of the ``(T, S)`` score matrix, not the top left.
-* **Key padding.** ``key_padding_mask`` ``(B, S)`` is True for real tokens and False for padding,
-  like Hugging Face's ``attention_mask``. Padded keys get no attention from any query.
+* **Key padding, two spellings.** ``key_mask`` ``(B, S)`` is True for real tokens and False for
+  padding, like Hugging Face's ``attention_mask``. ``key_padding_mask`` ``(B, S)`` means what it
+  means in ``torch.nn.MultiheadAttention``: True for padding (ignored), False for real tokens, so
+  code ported from torch gives torch's answer. Pass one or the other, not both. Padded keys get
+  no attention from any query.
 * **A query with no key left.** When masks leave a query row with no key at all (a padded query
   under a causal mask, say), softmax is undefined. headlab defines that row's attention weights
   and output as zeros, never NaN, and propagates zero gradients through it.
@@ -40,11 +43,35 @@ def causal_mask(
     return k_pos <= q_pos  # (T, S)
 
 
-def _check_bool(name: str, mask: torch.Tensor) -> None:
+def _check_bool(name: str, mask: torch.Tensor, meaning: str = "True = may attend") -> None:
     if mask.dtype != torch.bool:
+        raise MaskError(f"{name} must be a boolean tensor ({meaning}), got dtype {mask.dtype}")
+
+
+def key_real_mask(
+    *, key_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None
+) -> torch.Tensor | None:
+    """The keys that are real tokens, ``(B, S)`` True = real, from either spelling, or ``None``.
+
+    ``key_mask`` is True for real tokens (Hugging Face's ``attention_mask``);
+    ``key_padding_mask`` is True for padding (``torch.nn.MultiheadAttention``'s). Giving both is
+    an error: they could disagree.
+
+    Example:
+        >>> key_real_mask(key_mask=None, key_padding_mask=torch.tensor([[False, True]])).tolist()
+        [[True, False]]
+    """
+    if key_mask is not None and key_padding_mask is not None:
         raise MaskError(
-            f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}"
+            "pass key_mask (True = real token) or key_padding_mask (True = padding), not both"
         )
+    if key_mask is not None:
+        _check_bool("key_mask", key_mask, "True = real token")
+        return key_mask
+    if key_padding_mask is not None:
+        _check_bool("key_padding_mask", key_padding_mask, "True = padding, as in torch")
+        return ~key_padding_mask
+    return None
 
 
 def combine_masks(
@@ -54,17 +81,21 @@ def combine_masks(
     n_queries: int,
     n_keys: int,
     attn_mask: torch.Tensor | None,
-    key_padding_mask: torch.Tensor | None,
+    key_mask: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
     is_causal: bool,
     device: torch.device,
 ) -> torch.Tensor | None:
-    """Validate and merge the masks a caller gave into one boolean mask, or ``None`` for no mask.
+    """Validate and merge the masks a caller gave into one boolean mask (True = may attend), or
+    ``None`` for no mask.
 
     Shape:
-        attn_mask: ``(T, S)``, ``(B, T, S)`` or ``(B, H, T, S)``.
-        key_padding_mask: ``(B, S)``.
+        attn_mask: ``(T, S)``, ``(B, T, S)`` or ``(B, H, T, S)``, True = may attend.
+        key_mask: ``(B, S)``, True = real token (Hugging Face's ``attention_mask``).
+        key_padding_mask: ``(B, S)``, True = padding (``torch.nn.MultiheadAttention``'s).
         returns: broadcastable to ``(B, H, T, S)``: ``(1|B, 1|H, T, S)``.
     """
+    real = key_real_mask(key_mask=key_mask, key_padding_mask=key_padding_mask)
     mask: torch.Tensor | None = None
     if attn_mask is not None:
         _check_bool("attn_mask", attn_mask)
@@ -81,15 +112,14 @@ def combine_masks(
                 f"(B, H, T, S)={(batch, n_heads, *t_s)}, got {tuple(attn_mask.shape)}"
             )
         mask = mask.to(device)
-    if key_padding_mask is not None:
-        _check_bool("key_padding_mask", key_padding_mask)
-        if tuple(key_padding_mask.shape) != (batch, n_keys):
+    if real is not None:
+        name = "key_mask" if key_mask is not None else "key_padding_mask"
+        if tuple(real.shape) != (batch, n_keys):
             raise MaskError(
-                f"key_padding_mask must have shape (B, S)={(batch, n_keys)}, "
-                f"got {tuple(key_padding_mask.shape)}"
+                f"{name} must have shape (B, S)={(batch, n_keys)}, got {tuple(real.shape)}"
             )
-        padding = key_padding_mask.to(device)[:, None, None, :]  # (B, 1, 1, S)
-        mask = padding if mask is None else mask & padding
+        keys = real.to(device)[:, None, None, :]  # (B, 1, 1, S)
+        mask = keys if mask is None else mask & keys
     if is_causal:
         causal = causal_mask(n_queries, n_keys, device=device)[None, None]  # (1, 1, T, S)
         mask = causal if mask is None else mask & causal

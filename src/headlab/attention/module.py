@@ -24,7 +24,7 @@ from headlab.attention.functional import (
     attend_blocks_wins,
 )
 from headlab.attention.kv_cache import KVCache
-from headlab.attention.masks import combine_masks
+from headlab.attention.masks import combine_masks, key_real_mask
 from headlab.attention.surgery import head_rows, linear_columns, linear_rows, plan_removal
 from headlab.errors import ConfigError, ShapeError
 
@@ -63,7 +63,9 @@ class MultiHeadAttention(nn.Module):
         query: ``(B, T, E)``; key_value: ``(B, S, E)`` (cross-attention) or ``None`` (self).
         output: ``(B, T, E)``.
 
-    Masks are boolean, True = may attend (see :mod:`headlab.attention.masks`).
+    Masks are boolean. ``attn_mask`` and ``key_mask`` say True = may attend;
+    ``key_padding_mask`` keeps torch's meaning, True = padding (see
+    :mod:`headlab.attention.masks`).
 
     Example:
         >>> import torch
@@ -211,6 +213,7 @@ class MultiHeadAttention(nn.Module):
         *,
         attn_mask: torch.Tensor | None,
         key_padding_mask: torch.Tensor | None,
+        key_mask: torch.Tensor | None,
         is_causal: bool,
         head_mask: torch.Tensor | None,
         kv_cache: KVCache | None,
@@ -219,10 +222,13 @@ class MultiHeadAttention(nn.Module):
         need_contributions: bool,
     ) -> AttentionOutput:
         self._check_inputs(query, key_value)
+        # validates dtypes and refuses both spellings at once; shapes are checked once S is known
+        key_real_mask(key_mask=key_mask, key_padding_mask=key_padding_mask)
+        any_key_mask = key_mask is not None or key_padding_mask is not None
         if kv_cache is not None and key_value is not None:
             raise ShapeError("kv_cache is for self-attention; pass key_value=None with a cache")
         if need_weights and self._blocks_apply(
-            query, key_value, attn_mask, key_padding_mask, is_causal, kv_cache
+            query, key_value, attn_mask, any_key_mask, is_causal, kv_cache
         ):
             return self._run_blocks(
                 query,
@@ -238,7 +244,7 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = q.shape
         s = k.shape[2]
         # The fused kernel's own causal mode is top-left aligned: exact only when T == S.
-        plain_causal = is_causal and attn_mask is None and key_padding_mask is None and t == s
+        plain_causal = is_causal and attn_mask is None and not any_key_mask and t == s
         mask = None
         if not plain_causal:
             mask = combine_masks(
@@ -247,6 +253,7 @@ class MultiHeadAttention(nn.Module):
                 n_queries=t,
                 n_keys=s,
                 attn_mask=attn_mask,
+                key_mask=key_mask,
                 key_padding_mask=key_padding_mask,
                 is_causal=is_causal,
                 device=q.device,
@@ -273,7 +280,7 @@ class MultiHeadAttention(nn.Module):
         query: torch.Tensor,
         key_value: torch.Tensor | None,
         attn_mask: torch.Tensor | None,
-        key_padding_mask: torch.Tensor | None,
+        any_key_mask: bool,
         is_causal: bool,
         kv_cache: KVCache | None,
     ) -> bool:
@@ -295,7 +302,7 @@ class MultiHeadAttention(nn.Module):
             and not (self.training and self.dropout > 0)
             and kv_cache is None
             and attn_mask is None
-            and key_padding_mask is None
+            and not any_key_mask
             and n_keys > 0  # with no key at all, every head output is zero (torch's ops)
             and (not is_causal or query.shape[1] <= n_keys)
             and attend_blocks_wins(self.head_dim, n_keys)
@@ -371,6 +378,7 @@ class MultiHeadAttention(nn.Module):
         *,
         attn_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         head_mask: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
@@ -381,7 +389,10 @@ class MultiHeadAttention(nn.Module):
             query: ``(B, T, E)``.
             key_value: ``(B, S, E)`` for cross-attention; ``None`` attends to ``query`` itself.
             attn_mask: boolean ``(T, S)``, ``(B, T, S)`` or ``(B, H, T, S)``, True = may attend.
-            key_padding_mask: boolean ``(B, S)``, True = real token, False = padding.
+            key_padding_mask: boolean ``(B, S)``, True = padding (ignored), False = real token:
+                the meaning of ``torch.nn.MultiheadAttention``'s argument of that name.
+            key_mask: boolean ``(B, S)``, True = real token, False = padding: the meaning of
+                Hugging Face's ``attention_mask``. Pass this or ``key_padding_mask``, not both.
             is_causal: each query attends only to keys at or before its own position (with a
                 cache, positions count from the first cached token).
             head_mask: ``(H,)`` or ``(B, H)`` gate multiplying each head's output (0 removes it).
@@ -392,6 +403,7 @@ class MultiHeadAttention(nn.Module):
             key_value,
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
+            key_mask=key_mask,
             is_causal=is_causal,
             head_mask=head_mask,
             kv_cache=kv_cache,
@@ -407,6 +419,7 @@ class MultiHeadAttention(nn.Module):
         *,
         attn_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         head_mask: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
@@ -424,6 +437,7 @@ class MultiHeadAttention(nn.Module):
             key_value,
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
+            key_mask=key_mask,
             is_causal=is_causal,
             head_mask=head_mask,
             kv_cache=kv_cache,
@@ -470,8 +484,9 @@ class MultiHeadAttention(nn.Module):
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Build a module with the weights of a ``torch.nn.MultiheadAttention``.
 
-        The result is batch-first whatever ``module.batch_first`` says. Remember the masks:
-        torch's ``key_padding_mask`` is True for padding, headlab's True for real tokens.
+        The result is batch-first whatever ``module.batch_first`` says. ``key_padding_mask``
+        means what it means in torch (True = padding), so a ported call gives torch's answer;
+        ``key_mask`` is the same mask inverted (True = real token).
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise ConfigError(

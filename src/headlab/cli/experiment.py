@@ -6,9 +6,32 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from headlab.cli._args import text
 from headlab.cli._output import console, emit_json
 
-DEFAULT_DATA = Path("..") / "shared" / "data"
+#: where the data lives next to a checkout of headlab: ``<checkout>/../shared/data``
+DATA_BESIDE_CHECKOUT = Path("..") / "shared" / "data"
+
+
+def default_data() -> Path:
+    """``../shared/data`` next to the headlab checkout this code runs from (not next to the
+    current folder), when there is one."""
+    from headlab.errors import InputError
+
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "src" / "headlab").is_dir():
+            candidate = (parent / DATA_BESIDE_CHECKOUT).resolve()
+            if candidate.is_dir():
+                return candidate
+            raise InputError(
+                f"no data folder at {candidate} (beside the headlab checkout); pass --data "
+                "FOLDER holding corpus/tinyshakespeare/input.txt"
+            )
+    raise InputError(
+        "headlab is not running from a checkout, so there is no default data folder; pass "
+        "--data FOLDER holding corpus/tinyshakespeare/input.txt"
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -25,7 +48,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("name", choices=("one-vs-many",))
     p.add_argument("--quick", action="store_true", help="a small grid, binding task only")
     p.add_argument(
-        "--data", default=str(DEFAULT_DATA), help="folder with corpus/tinyshakespeare/input.txt"
+        "--data",
+        type=text("a folder"),
+        help="folder with corpus/tinyshakespeare/input.txt (default: ../shared/data beside "
+        "the headlab checkout)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
@@ -37,12 +63,14 @@ def run(args: argparse.Namespace) -> int:
     from headlab.training.experiment import GridConfig, one_vs_many
 
     cfg = GridConfig.quick() if args.quick else GridConfig()
+    needs_data = "language-model" in cfg.tasks
+    data = Path(args.data) if args.data else (default_data() if needs_data else Path("."))
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     show = sys.stderr.isatty() or args.verbose
-    result = one_vs_many(cfg, data=Path(args.data), progress=say if show else None)
+    result = one_vs_many(cfg, data=data, progress=say if show else None)
     if args.json:
         emit_json(result)
         return 0

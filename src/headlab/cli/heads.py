@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headlab.cli._args import integer, text
 from headlab.cli._output import console, emit_json
 
 LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
@@ -23,21 +24,30 @@ def add_parser(sub: Any) -> None:
         ),
     )
     p.add_argument(
-        "text", nargs="?", default=LESSON_SENTENCE, help="the sentence (default: the lesson's)"
+        "text",
+        nargs="?",
+        default=LESSON_SENTENCE,
+        type=text("a sentence"),
+        help="the sentence (default: the lesson's)",
     )
     p.add_argument(
         "--word",
+        type=text("a word"),
         help=(
             f"the attending word; WORD#2 for its second occurrence (default: {LESSON_WORD!r} in "
             "the lesson's sentence, else the sentence's longest word, the first of equals)"
         ),
     )
-    p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
+    p.add_argument(
+        "--model",
+        type=text("a model folder"),
+        help="a Hugging Face model folder (default: all-MiniLM-L6-v2)",
+    )
     p.add_argument(
         "--layer", type=int, action="append", help="only this layer (0-based; repeatable)"
     )
     p.add_argument("--head", type=int, action="append", help="only this head (0-based; repeatable)")
-    p.add_argument("--top", type=int, default=3, help="words per head (default 3)")
+    p.add_argument("--top", type=integer(1, 1000), default=3, help="words per head (default 3)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 

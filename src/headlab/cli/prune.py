@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headlab.cli._args import integer, number, text
 from headlab.cli._output import console, emit_json, human_bytes
 
 
@@ -24,8 +25,12 @@ def add_parser(sub: Any) -> None:
             "of the pairs scores importance, the rest measures the metric)."
         ),
     )
-    p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
-    p.add_argument("--fraction", type=float, help="share of heads to remove, in (0, 1)")
+    p.add_argument(
+        "--model",
+        type=text("a model folder"),
+        help="a Hugging Face model folder (default: all-MiniLM-L6-v2)",
+    )
+    p.add_argument("--fraction", type=number(), help="share of heads to remove, in (0, 1)")
     p.add_argument("--curve", action="store_true", help="only the pruning curve, no model")
     p.add_argument("--out", help="folder for the pruned model (refused if it exists)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
@@ -41,24 +46,33 @@ def add_parser(sub: Any) -> None:
         default="gradient",
         help="(default gradient)",
     )
-    p.add_argument("--step", type=float, default=0.1, help="share of heads per step (default 0.1)")
     p.add_argument(
-        "--max-loss", type=float, help="stop before losing more than this (metric units)"
+        "--step", type=number(), default=0.1, help="share of heads per step (default 0.1)"
+    )
+    p.add_argument(
+        "--max-loss",
+        type=number(0.0),
+        help="stop before losing more than this (metric units)",
     )
     p.add_argument(
         "--uniform",
         action="store_true",
-        help="remove the same number of heads from every layer (Llama-family results then "
-        "load in transformers too)",
+        help="remove the same number of heads from every layer (Llama, Mistral, Qwen2 and "
+        "Qwen3 results then load in transformers too; Phi-3 results load with headlab only)",
     )
     p.add_argument(
         "--transformers-compatible",
         action="store_true",
         help="refuse results that only headlab can load (implies --uniform)",
     )
-    p.add_argument("--stsb", help="STS-B file to evaluate on (default: the bundled sample)")
+    p.add_argument(
+        "--stsb",
+        type=text("a file"),
+        help="STS-B file to evaluate on (default: the bundled sample)",
+    )
     p.add_argument(
         "--importance-stsb",
+        type=text("a file"),
         help="STS-B file to score importance on (default: every third pair of --stsb)",
     )
     p.add_argument(
@@ -66,8 +80,8 @@ def add_parser(sub: Any) -> None:
         type=int,
         help="score importance on this many pairs, evenly spaced through the file (default all)",
     )
-    p.add_argument("--text", help="held-out text file for perplexity")
-    p.add_argument("--limit", type=int, help="use at most this many STS-B pairs")
+    p.add_argument("--text", type=text("a file"), help="held-out text file for perplexity")
+    p.add_argument("--limit", type=integer(2, 10**9), help="use at most this many STS-B pairs")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="machine-readable output")
     out.add_argument("--csv", action="store_true", help="the curve as CSV")
@@ -149,11 +163,13 @@ def run(args: argparse.Namespace) -> int:
     ):
         from headlab.errors import PruningError
 
+        model_type = lm.model.config.model_type
         raise PruningError(
-            f"a pruned {lm.adapter.family} model cannot load in transformers: its config ties "
-            "the head width to hidden_size / num_attention_heads and transformers 5 dropped "
-            "pruned_heads; drop --transformers-compatible and load it with headlab.models.load "
-            "(Llama-family models with --uniform load in both)"
+            f"a pruned {model_type} model cannot load in transformers: its config ties the "
+            "head width to hidden_size / num_attention_heads (no head_dim) and transformers 5 "
+            "dropped pruned_heads; drop --transformers-compatible and load it with "
+            "headlab.models.load (Llama, Mistral, Qwen2 and Qwen3 models, not Phi-3, with "
+            "--uniform load in both)"
         )
     if args.out and lm.path.resolve() == Path(args.out).resolve():
         raise OutputExistsError("--out must differ from the model folder")

@@ -8,7 +8,11 @@ import io
 import sys
 from typing import Any
 
+from headlab.cli._args import integer, seed, text
 from headlab.cli._output import console, emit_json, native_note
+
+#: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
+MAX_REPLICATES = 100_000
 
 
 def add_parser(sub: Any) -> None:
@@ -23,20 +27,38 @@ def add_parser(sub: Any) -> None:
             "sentences, 300 GAP development rows)."
         ),
     )
-    p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
-    p.add_argument("--treebank", help="a CoNLL-U file (default: the bundled UD EWT dev sample)")
-    p.add_argument("--gap", help="a GAP TSV file (default: the bundled GAP sample)")
+    p.add_argument(
+        "--model",
+        type=text("a model folder"),
+        help="a Hugging Face model folder (default: all-MiniLM-L6-v2)",
+    )
+    p.add_argument(
+        "--treebank",
+        type=text("a file"),
+        help="a CoNLL-U file (default: the bundled UD EWT dev sample)",
+    )
+    p.add_argument(
+        "--gap", type=text("a file"), help="a GAP TSV file (default: the bundled GAP sample)"
+    )
     p.add_argument("--no-gap", action="store_true", help="skip the coreference probe")
     p.add_argument(
         "--frequencies",
+        type=text("a file"),
         help="word frequencies for the rare-token probe: word<TAB>count TSV or a .conllu "
         "(default: counts of UD English EWT train, bundled)",
     )
-    p.add_argument("--limit", type=int, help="use at most this many sentences and GAP rows")
     p.add_argument(
-        "--replicates", type=int, default=100, help="bootstrap resamples (default 100; 0: none)"
+        "--limit",
+        type=integer(1, 10**9),
+        help="use at most this many sentences and GAP rows",
     )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument(
+        "--replicates",
+        type=integer(0, MAX_REPLICATES),
+        default=100,
+        help="bootstrap resamples (default 100; 0: none)",
+    )
+    p.add_argument("--seed", type=seed, default=0, help="bootstrap seed (default 0)")
     p.add_argument(
         "--bf16",
         action="store_true",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headlab.cli._args import integer, text
 from headlab.cli._output import console, emit_json, human_bytes, human_count
 
 #: with no model named: headlab's bundled default model (its catalog entry: no torch, no files)
@@ -25,16 +26,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "model",
         nargs="?",
+        type=text("a model name, config.json or folder"),
         help=(
             "catalog name (e.g. Llama-3.1-8B), config.json or model folder "
             f"(default: {DEFAULT_MODEL}, headlab's bundled model)"
         ),
     )
-    p.add_argument("--compare", nargs="+", metavar="MODEL", help="several models side by side")
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="MODEL",
+        type=text("a model name, config.json or folder"),
+        help="several models side by side",
+    )
     p.add_argument("--list", action="store_true", help="list the bundled catalog")
     p.add_argument(
         "--context",
-        type=int,
+        type=integer(1, 1 << 40),
         help=(
             f"context length in tokens (default {DEFAULT_CONTEXT:,}, or the longest context the "
             "config declares when shorter; with --compare, the shortest of them)"

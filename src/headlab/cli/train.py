@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headlab.cli._args import integer, seed, text
 from headlab.cli._output import emit_json
 
 
@@ -21,18 +22,43 @@ def add_parser(sub: Any) -> None:
             "rest. The folder loads with headlab (roles, heads, prune) and with transformers."
         ),
     )
-    p.add_argument("--text", required=True, help="a UTF-8 text file (e.g. TinyShakespeare)")
-    p.add_argument("--out", required=True, help="output folder (refused if it exists)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
-    p.add_argument("--d-model", type=int, default=128, help="model width (default 128)")
-    p.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
-    p.add_argument("--heads", type=int, default=4, help="attention heads per block (default 4)")
     p.add_argument(
-        "--context", type=int, default=128, help="tokens per training window (default 128)"
+        "--text",
+        required=True,
+        type=text("a file"),
+        help="a UTF-8 text file (e.g. TinyShakespeare)",
     )
-    p.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary size (default 1024)")
-    p.add_argument("--steps", type=int, default=2000, help="optimizer steps (default 2000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of data order and weights (default 0)")
+    p.add_argument(
+        "--out", required=True, type=text("a folder"), help="output folder (refused if it exists)"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument(
+        "--d-model", type=integer(1, 4096), default=128, help="model width (default 128)"
+    )
+    p.add_argument(
+        "--layers", type=integer(1, 64), default=4, help="transformer blocks (default 4)"
+    )
+    p.add_argument(
+        "--heads", type=integer(1, 4096), default=4, help="attention heads per block (default 4)"
+    )
+    p.add_argument(
+        "--context",
+        type=integer(2, 4096),
+        default=128,
+        help="tokens per training window (default 128)",
+    )
+    p.add_argument(
+        "--vocab",
+        type=integer(257, 65536),
+        default=1024,
+        help="BPE vocabulary size, 257 (bytes and an end token) or more (default 1024)",
+    )
+    p.add_argument(
+        "--steps", type=integer(1, 10_000_000), default=2000, help="optimizer steps (default 2000)"
+    )
+    p.add_argument(
+        "--seed", type=seed, default=0, help="seed of data order and weights (default 0)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 

@@ -1,8 +1,9 @@
 """GAP coreference (Webster et al. 2018): a pronoun, two candidate names, which one it refers to.
 
 Rows are tab-separated with a header; offsets are character offsets into the text. Rows whose
-offsets do not match their text, or where neither or both names are the referent, are skipped and
-counted, never guessed.
+offsets do not match their text, where neither or both names are the referent, or where the
+pronoun's span is a name's span (the answer would be read off the pronoun itself), are skipped
+and counted, never guessed. Rows end at ``\n`` only: a U+2028 inside a text stays in its row.
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ def read_gap(path: str | Path, *, limit: int | None = None) -> GapData:
             f"found {' '.join(header[:4])}"
         )
     examples: list[GapExample] = []
-    skipped = {"offsets do not match the text": 0, "no single referent": 0}
+    skipped = {
+        "offsets do not match the text": 0,
+        "no single referent": 0,
+        "pronoun span is a candidate's": 0,
+    }
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -99,6 +104,9 @@ def read_gap(path: str | Path, *, limit: int | None = None) -> GapData:
             continue
         if sum(flags) != 1:
             skipped["no single referent"] += 1
+            continue
+        if pronoun in (a, b):
+            skipped["pronoun span is a candidate's"] += 1
             continue
         examples.append(
             GapExample(

@@ -153,6 +153,68 @@ def _check_folder(path: Path) -> dict[str, Any]:
     return config
 
 
+#: modules a folder may lack: headlab never reads them (the pooler of BERT-like encoders)
+OPTIONAL_MODULES = ("pooler",)
+
+
+def _first(keys: list[str], n: int = 3) -> str:
+    more = f" and {len(keys) - n} more" if len(keys) > n else ""
+    return ", ".join(keys[:n]) + more
+
+
+def check_loading_info(folder: Path, model: Any, info: dict[str, Any]) -> None:
+    """Refuse weights that do not fit the config: transformers fills a missing weight with
+    random numbers and drops an unexpected one, both silently.
+
+    A weight the config's model needs and the folder lacks is an error (weights tied to
+    another, like a GPT-2 ``lm_head``, are not reported missing by transformers); so is a
+    weight the folder holds for a module of the model that the config does not build (a layer
+    beyond ``n_layer``, say). Weights of a task head the model does not load (BERT's ``cls.*``
+    under :class:`AutoModel`) and a missing pooler are fine: headlab reads neither.
+
+    Raises:
+        ModelLoadError: naming the first few keys and what the config says.
+    """
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    base = getattr(model, "base_model", model)
+    children = {name for name, _ in base.named_children()} | {
+        name for name, _ in model.named_children()
+    }
+
+    def module_of(key: str) -> str:
+        parts = key.split(".")
+        if prefix and parts[0] == prefix and len(parts) > 1:
+            parts = parts[1:]
+        return parts[0]
+
+    missing = sorted(
+        k for k in info.get("missing_keys", ()) if module_of(k) not in OPTIONAL_MODULES
+    )
+    unexpected = sorted(
+        k
+        for k in info.get("unexpected_keys", ())
+        if module_of(k) in children and module_of(k) != prefix
+    )
+    mismatched = [str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys", ())]
+    config = folder / "config.json"
+    if missing:
+        raise ModelLoadError(
+            f"{folder}: the weights lack {len(missing)} tensor(s) that {config.name} asks for "
+            f"({_first(missing)}); the config does not match the weights (layer or head counts?)"
+        )
+    if unexpected:
+        raise ModelLoadError(
+            f"{folder}: the weights hold {len(unexpected)} tensor(s) that {config.name} has no "
+            f"place for ({_first(unexpected)}); the config does not match the weights "
+            "(layer or head counts?)"
+        )
+    if mismatched:
+        raise ModelLoadError(
+            f"{folder}: {len(mismatched)} weight(s) have other shapes than {config.name} "
+            f"gives ({_first(sorted(mismatched))})"
+        )
+
+
 def load(
     path: str | Path | None = None,
     *,
@@ -225,18 +287,31 @@ def load(
             model = auto.from_config(config, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
             load_pruned_weights(model, folder, adapter_for(str(model_type)), config_dict)
         else:
-            model = auto.from_pretrained(
-                str(folder),
-                use_safetensors=True,
-                dtype=dtype,
-                attn_implementation=ATTN_IMPLEMENTATION,
-                **common,
-            )
+            from transformers.utils import logging as hf_logging
+
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()  # its load report: headlab checks the same below
+            try:
+                loaded: Any = auto.from_pretrained(
+                    str(folder),
+                    use_safetensors=True,
+                    dtype=dtype,
+                    attn_implementation=ATTN_IMPLEMENTATION,
+                    output_loading_info=True,
+                    **common,
+                )
+            finally:
+                hf_logging.set_verbosity(verbosity)
+            model, info = loaded  # (model, loading info) with output_loading_info
+            check_loading_info(folder, model, info)
     except ModelLoadError:
         raise
     except Exception as exc:
+        detail = " ".join(str(exc).split())  # one line, however long transformers' message
+        if len(detail) > 400:
+            detail = detail[:400] + "..."
         raise ModelLoadError(
-            f"{folder}: cannot load the weights ({type(exc).__name__}: {exc})"
+            f"{folder}: cannot load the weights ({type(exc).__name__}: {detail})"
         ) from None
     model.to(device).eval()
     logger.info("loaded %s (%s) from %s", name, model_type, folder)

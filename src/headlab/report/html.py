@@ -1,9 +1,18 @@
-"""Assemble the self-contained page: one HTML file with its data, script and style inline."""
+"""Assemble the self-contained page: one HTML file with its data, script and style inline.
+
+The template's markers (``__DATA__``, ``__JS__``...) are replaced in one pass over the template
+alone, so text from the user or the model that happens to spell a marker stays as it is. The
+page's Content-Security-Policy allows exactly the inline script and style it ships (by their
+sha256), nothing from the network, no forms, no ``<base>``.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
+import re
 from importlib.resources import files
 from typing import Any
 
@@ -26,14 +35,52 @@ def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         for path, caption in figures
     )
+    css = (assets / "report.css").read_text(encoding="utf-8")
+    js = (assets / "report.js").read_text(encoding="utf-8")
     parts = {
         "__VERSION__": html.escape(__version__),
-        "__CSS__": (assets / "report.css").read_text(encoding="utf-8"),
+        "__CSP__": content_security_policy(scripts=[js], styles=[css]),
+        "__CSS__": css,
         "__FIGURES__": figure_html,
         "__DATA__": safe_json(data),
-        "__JS__": (assets / "report.js").read_text(encoding="utf-8"),
+        "__JS__": js,
     }
-    out = template
-    for key, value in parts.items():  # data goes in last-but-one; nothing after it is data
-        out = out.replace(key, value, 1)
-    return out
+    return fill(template, parts)
+
+
+def fill(template: str, parts: dict[str, str]) -> str:
+    """``template`` with each marker of ``parts`` replaced, in one pass over the template only:
+    replacement text is never searched again, so it may contain markers.
+
+    Example:
+        >>> fill("<p>__A__|__B__</p>", {"__A__": "__B__", "__B__": "x"})
+        '<p>__B__|x</p>'
+    """
+    found = re.findall(r"__[A-Z]+__", template)
+    if sorted(found) != sorted(parts):  # the template ships with headlab: a bug, not user input
+        raise RuntimeError(f"template markers {sorted(found)} differ from {sorted(parts)}")
+    pattern = re.compile("|".join(re.escape(key) for key in parts))
+    return pattern.sub(lambda m: parts[m.group(0)], template)
+
+
+def _sha256_source(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return f"'sha256-{base64.b64encode(digest).decode('ascii')}'"
+
+
+def content_security_policy(*, scripts: list[str], styles: list[str]) -> str:
+    """The page's policy: only the given inline scripts and styles (by hash) run, images from
+    the report's folder or ``data:``, nothing else loads, no form submits, no ``<base>``.
+
+    Styles set from the script through the CSSOM (``node.style.x = ...``) are not inline
+    styles and need no ``'unsafe-inline'``. Browsers ignore ``frame-ancestors`` and sandboxing
+    in a ``<meta>`` policy, and no shipped CSP directive restricts top-level navigation; the
+    script never navigates, and without ``'unsafe-inline'`` no injected handler can.
+    """
+    script_src = " ".join(_sha256_source(s) for s in scripts)
+    style_src = " ".join(_sha256_source(s) for s in styles)
+    return (
+        "default-src 'none'; img-src 'self' file: data:; "
+        f"style-src {style_src}; script-src {script_src}; "
+        "form-action 'none'; base-uri 'none'; object-src 'none'"
+    )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from headlab.errors import ConfigError
-from headlab.spec.layout import AttentionLayout
+from headlab.spec.layout import MAX_POSITIONS, AttentionLayout
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4,
@@ -114,6 +114,8 @@ def compute_spec(lay: AttentionLayout, *, context: int = 8192, dtype: str = "bf1
     """Every derived number of :class:`HeadSpec` for ``lay`` at ``context`` tokens of ``dtype``."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ConfigError(f"context must be a positive number of tokens, got {context!r}")
+    if context > MAX_POSITIONS:
+        raise ConfigError(f"context must be at most {MAX_POSITIONS:,} tokens, got {context:,}")
     size = dtype_bytes(dtype)
     params = 0
     cache_per_token = 0.0

@@ -125,9 +125,20 @@ def _require(cfg: Mapping[str, Any], keys: Sequence[str], what: str) -> Any:
     return value
 
 
-def _positive_int(value: Any, what: str) -> int:
+#: bounds on a config's sizes: far above any real model (the largest have ~200 layers, 128
+#: heads, widths ~2^15), low enough that a typo or a hostile config cannot make a spec take
+#: minutes or all memory
+MAX_LAYERS = 10_000
+MAX_HEADS = 65_536
+MAX_WIDTH = 1 << 24
+MAX_POSITIONS = 1 << 40
+
+
+def _positive_int(value: Any, what: str, most: int = MAX_WIDTH) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{what} must be a positive integer, got {value!r}")
+    if value > most:
+        raise ConfigError(f"{what} must be at most {most:,}, got {value:,}")
     return value
 
 
@@ -135,8 +146,8 @@ def _per_layer(value: Any, n_layers: int, what: str) -> tuple[int, ...]:
     if isinstance(value, list):
         if len(value) != n_layers:
             raise ConfigError(f"{what} lists {len(value)} layers, config has {n_layers}")
-        return tuple(_positive_int(v, what) for v in value)
-    return (_positive_int(value, what),) * n_layers
+        return tuple(_positive_int(v, what, MAX_HEADS) for v in value)
+    return (_positive_int(value, what, MAX_HEADS),) * n_layers
 
 
 def _text_part(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -150,8 +161,10 @@ def _text_part(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _windows(cfg: Mapping[str, Any], n_layers: int) -> tuple[int | None, ...]:
     window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False or not window:
-        window = None
+    if cfg.get("use_sliding_window") is False or window is None or window is False or window == 0:
+        window = None  # 0 and false mean no window in some families' configs
+    else:
+        window = _positive_int(window, "sliding_window", MAX_POSITIONS)
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == n_layers:
         return tuple(
@@ -185,7 +198,9 @@ def layout_from_config(config: Mapping[str, Any]) -> AttentionLayout:
         raise ConfigError(f"a config must be a JSON object, got {type(config).__name__}")
     cfg = _text_part(config)
     model_type = str(cfg.get("model_type") or config.get("model_type") or "unknown")
-    n_layers = _positive_int(_require(cfg, LAYER_KEYS, "number of layers"), "number of layers")
+    n_layers = _positive_int(
+        _require(cfg, LAYER_KEYS, "number of layers"), "number of layers", MAX_LAYERS
+    )
     heads_value = cfg.get(PER_LAYER_HEADS_KEY) or _require(
         cfg, HEAD_KEYS, "number of attention heads"
     )
@@ -229,6 +244,12 @@ def layout_from_config(config: Mapping[str, Any]) -> AttentionLayout:
     bias_flag = _first(cfg, ("attention_bias", "qkv_bias", "bias", "add_qkv_bias"))
     bias = bool(bias_flag) if bias_flag is not None else model_type in _BIASED_TYPES
     max_positions = _first(cfg, POSITION_KEYS)
+    if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
+        max_positions = None  # not declared (some configs write 0 or -1 for "unbounded")
+    elif max_positions > MAX_POSITIONS:
+        raise ConfigError(
+            f"longest context must be at most {MAX_POSITIONS:,}, got {max_positions:,}"
+        )
     return AttentionLayout(
         model_type=model_type,
         n_layers=n_layers,
@@ -256,6 +277,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise DataFormatError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except UnicodeDecodeError:
         raise DataFormatError(f"{path}: not a UTF-8 text file") from None
+    except RecursionError:
+        raise DataFormatError(f"{path}: JSON nested too deeply to be a config") from None
     if not isinstance(data, dict):
         raise DataFormatError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data

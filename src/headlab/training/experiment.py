@@ -95,7 +95,8 @@ def run_lm(
     cfg: GridConfig, n_heads: int, seed: int, data: Path, progress: Progress, cache: dict[str, Any]
 ) -> dict[str, Any]:
     if "ids" not in cache:
-        cache["tokenizer"], cache["ids"], cache["held_out"] = prepare_text(shakespeare_text(data))
+        text = cache.pop("text", None) or shakespeare_text(data)
+        cache["tokenizer"], cache["ids"], cache["held_out"] = prepare_text(text)
     tok = cache["tokenizer"]
     gen = seed_everything(seed)
     model = TinyTransformer(
@@ -149,6 +150,8 @@ def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress = None) -> di
     """Run the grid; returns ``{"task", "runs": [...], "summary": [...], "config"}``."""
     runs: list[dict[str, Any]] = []
     cache: dict[str, Any] = {}
+    if "language-model" in cfg.tasks:  # a missing corpus is found before any training
+        cache["text"] = shakespeare_text(data)
     for task in cfg.tasks:
         for n_heads in cfg.heads:
             for seed in cfg.seeds:

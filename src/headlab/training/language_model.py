@@ -30,6 +30,31 @@ class LMRecipe:
     lr: float = 3e-3
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        import math
+
+        bounds = {
+            "d_model": (1, 4096),
+            "n_layers": (1, 64),
+            "n_heads": (1, 4096),
+            "d_ff": (1, 16384),
+            "context": (2, 4096),
+            "vocab_size": (257, 65536),  # the 256 bytes and <|endoftext|>, at least
+            "steps": (1, 10_000_000),
+            "batch_size": (1, 4096),
+            "seed": (0, 2**32 - 1),
+        }
+        for name, (low, high) in bounds.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise InputError(f"{name} must be an integer in {low:,}..{high:,}, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise InputError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise InputError(f"lr must be a positive finite number, got {self.lr!r}")
+
 
 def train_language_model(
     text: str,
@@ -46,6 +71,13 @@ def train_language_model(
     if len(text) < 10_000:
         raise InputError(f"the training text has {len(text)} characters; give at least 10,000")
     tok, ids, held = prepare_text(text, recipe.vocab_size)
+    shortest = min(ids.numel(), held.numel())
+    if shortest <= recipe.context + 1:
+        raise InputError(
+            f"context {recipe.context} needs more than {recipe.context + 1} tokens in both the "
+            f"training and the held-out part; the text gives {ids.numel():,} and "
+            f"{held.numel():,} (a longer text, or a shorter context)"
+        )
     gen = seed_everything(recipe.seed)
     model = TinyTransformer(
         ModelConfig(

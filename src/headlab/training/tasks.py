@@ -126,6 +126,8 @@ def shakespeare_text(data: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read TinyShakespeare at {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"TinyShakespeare at {path} is not UTF-8 text ({exc.reason})") from None
 
 
 def train_tokenizer(text: str, vocab_size: int = 1024) -> Any:

@@ -53,7 +53,9 @@ class LlamaAdapter(Adapter):
     def native_config(
         self, config: dict[str, Any], heads: list[int], kv_heads: list[int], head_dim: int
     ) -> dict[str, Any] | None:
-        # Llama-family configs carry an explicit head_dim; one head count for every layer
+        # Llama, Mistral and Qwen configs carry an explicit head_dim; Phi-3's does not (its
+        # head width is hidden_size / num_attention_heads), so a pruned Phi-3 loads with
+        # headlab only. One head count for every layer.
         if len(set(heads)) != 1 or len(set(kv_heads)) != 1 or config.get("model_type") == "phi3":
             return None
         return {

@@ -145,7 +145,8 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
     from headlab.models.streaming import StreamingAttention
     from headlab.models.words import align
     from headlab.roles.bootstrap import Sums
-    from headlab.roles.measure import RoleOptions, TreebankBlocks
+    from headlab.roles.options import RoleOptions
+    from headlab.roles.passes import TreebankBlocks
 
     model, tokenizer = build_model(name, "plain", torch.float32)
     docs = documents(tokenizer, length, n_tokens)

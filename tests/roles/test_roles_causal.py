@@ -56,14 +56,14 @@ def test_both_word_paths_give_the_same_statistics(
 ) -> None:
     """Short batches take word sums from the attention's product, long ones the block-wise
     word argmax: forcing either path on the same sentences changes no score."""
-    from headlab.roles import measure
+    from headlab.roles import passes
 
     lm = load(build(family, tmp_path / family))
     tb = read_conllu(sample_path("treebank"), limit=16)
     opts = RoleOptions(replicates=3, induction_sequences=4, induction_length=8)
     reports = []
     for limit in (0, 1 << 30):
-        monkeypatch.setattr(measure, "DENSE_WORDS", limit)
+        monkeypatch.setattr(passes, "DENSE_WORDS", limit)
         reports.append(measure_roles(lm, tb, options=opts))
     stream, dense = reports
     assert [r.accuracy for r in stream.relations] == [r.accuracy for r in dense.relations]

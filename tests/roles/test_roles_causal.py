@@ -104,20 +104,3 @@ def test_roles_of_a_model_pruned_layer_by_layer(tmp_path: Path, family: str) -> 
         assert r.head < counts[r.layer]
     with pytest.raises(IndexError, match="layer 0 has heads"):
         small.head(0, counts[0])
-
-
-def test_a_model_off_the_cpu_gets_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The statistics' word geometry lives on the CPU: a model elsewhere is refused in one line
-    before any work, instead of failing deep inside on mixed devices."""
-    import torch
-
-    from headlab.errors import InputError
-    from headlab.models.loading import LoadedModel
-
-    lm = load(build("bert", tmp_path / "bert"))
-    monkeypatch.setattr(LoadedModel, "device", property(lambda self: torch.device("cuda", 0)))
-    tb = read_conllu(sample_path("treebank"), limit=2)
-    with pytest.raises(InputError, match=r"run on the CPU for now, but the model is on cuda:0"):
-        measure_roles(lm, tb, options=RoleOptions(replicates=0))

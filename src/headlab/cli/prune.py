@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import console, emit_json, human_bytes
 
 
@@ -25,6 +26,7 @@ def add_parser(sub: Any) -> None:
         ),
     )
     p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
+    add_model_arguments(p)
     p.add_argument("--fraction", type=float, help="share of heads to remove, in (0, 1)")
     p.add_argument("--curve", action="store_true", help="only the pruning curve, no model")
     p.add_argument("--out", help="folder for the pruned model (refused if it exists)")
@@ -121,7 +123,6 @@ def _metrics(args: argparse.Namespace, lm: Any) -> tuple[Any, Any, dict[str, Any
 
 def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError, OutputExistsError
-    from headlab.models import load
 
     if args.curve == (args.fraction is not None):
         raise InputError("give either --fraction F (prune and save) or --curve (measure only)")
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from headlab.pruning.progressive import progressive_prune
 
     with_head = (args.metric or "") == "perplexity" or bool(args.text)
-    lm = load(args.model, with_lm_head=with_head)
+    lm = load_model(args, with_lm_head=with_head)
     if (
         args.transformers_compatible
         and lm.adapter.native_config(lm.model.config.to_dict(), [1], [1], lm.head_dim) is None

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import native_note
 from headlab.cli.heads import LESSON_SENTENCE
 
@@ -24,6 +25,7 @@ def add_parser(sub: Any) -> None:
         ),
     )
     p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
+    add_model_arguments(p)
     p.add_argument("--out", default="headlab-report", help="output folder (default headlab-report)")
     p.add_argument("--overwrite", action="store_true", help="replace a folder that is not a report")
     p.add_argument("--treebank", help="a CoNLL-U file (default: the bundled UD EWT dev sample)")
@@ -62,7 +64,6 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from headlab.datasets import read_conllu, read_frequencies, read_gap, sample_path
     from headlab.errors import InputError
-    from headlab.models import load
     from headlab.report import write_report
     from headlab.roles import RoleOptions, measure_roles
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         hf_logging.disable_progress_bar()
     treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
-    lm = load(args.model)
+    lm = load_model(args)
     native_note("headlab report")
     say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
     roles = measure_roles(

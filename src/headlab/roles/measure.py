@@ -58,30 +58,30 @@ def measure_roles(
     from headlab.datasets.treebank import word_frequencies
 
     options = options or RoleOptions()
-    if lm.device.type != "cpu":  # the word geometry and the sums live on the CPU
-        raise InputError(
-            f"role statistics run on the CPU for now, but the model is on {lm.device}: "
-            "load it on the CPU (headlab.models.load does by default)"
-        )
     if options.replicates < 0:
         raise InputError(f"replicates must be 0 or more, got {options.replicates}")
     if not treebank:
         raise InputError("the treebank has no sentences")
     freq = frequencies if frequencies is not None else word_frequencies(treebank)
     relations = sorted({r for s in treebank for r in s.relations} - {"root"})
-    tb = Sums(len(treebank), options.replicates, options.seed)
+    # the statistics run where the model is; each corpus's sums come to the CPU once
+    device = lm.device
+    tb = Sums(len(treebank), options.replicates, options.seed, device=device)
     tb_skipped = treebank_pass(lm, treebank, freq, relations, tb, options)
+    tb.cpu()
     if "queries" not in tb:
         raise InputError("no treebank sentence could be aligned to the model's tokens")
     gap_sums = None
     gap_skipped: dict[str, int] = {}
     if gap is not None:
-        gap_sums = Sums(len(gap.examples), options.replicates, options.seed + 1)
+        gap_sums = Sums(len(gap.examples), options.replicates, options.seed + 1, device=device)
         gap_skipped = gap_pass(lm, gap, gap_sums, options)
+        gap_sums.cpu()
     ind = None
     if lm.causal:
-        ind = Sums(options.induction_sequences, options.replicates, options.seed + 2)
+        ind = Sums(options.induction_sequences, options.replicates, options.seed + 2, device=device)
         induction_pass(lm, ind, options)
+        ind.cpu()
     evidence, scores, syn = score_evidence(tb, gap_sums, ind, options.thresholds)
     dominant = evidence.dominant()  # (R+1, L, H)
     excess = evidence.excess()[:, 0]  # (roles, L, H)

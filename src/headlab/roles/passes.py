@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -77,8 +78,9 @@ class TreebankBlocks:
         sums: Sums,
     ) -> None:
         n_positions = batch.inputs["input_ids"].shape[1]
+        device = batch.inputs["input_ids"].device
         self.geo = geo = build_geometry(
-            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal
+            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal, device=device
         )
         n_words = geo.word_real.shape[1]
         n_batch = len(batch.indices)
@@ -107,10 +109,14 @@ class TreebankBlocks:
                     rare_target[b][plain[k]] = t
                     rare_query[b][plain[k]] = not t
                 rare_chance[b] = (len(s.words) - n_target) * n_target / (len(s.words) - 1)
-        self.gold_head = torch.tensor(gold_head, dtype=torch.long).view(n_batch, n_words)
-        self.relation = torch.tensor(relation, dtype=torch.long).view(n_batch, n_words)
-        self.rare_target = torch.tensor(rare_target, dtype=torch.bool).view(n_batch, n_words)
-        self.rare_query = torch.tensor(rare_query, dtype=torch.bool).view(n_batch, n_words)
+
+        def table(rows: list[list[Any]], dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(rows, dtype=dtype, device=device).view(n_batch, n_words)
+
+        self.gold_head = table(gold_head, torch.long)
+        self.relation = table(relation, torch.long)
+        self.rare_target = table(rare_target, torch.bool)
+        self.rare_query = table(rare_query, torch.bool)
         idx = batch.indices
         sums.add("queries", idx, geo.query.sum(1).float())
         sums.add("broad.rows", idx, (geo.query & (geo.log_visible > 0)).sum(1).float())
@@ -244,8 +250,9 @@ class GapBlocks:
         skipped: Counter[str],
     ) -> None:
         n_positions = batch.inputs["input_ids"].shape[1]
+        device = batch.inputs["input_ids"].device
         self.geo = geo = build_geometry(
-            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal
+            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal, device=device
         )
         n_batch, n_words = geo.word_real.shape
         pronoun = torch.zeros(n_batch, dtype=torch.long)
@@ -273,7 +280,11 @@ class GapBlocks:
         sums.add("coref.examples", idx, self.valid)
         sums.add("coref.nearest", idx, nearest)
         sums.add("coref.first", idx, first)
-        self.from_pronoun = geo.from_words[torch.arange(n_batch), pronoun]  # (B, T)
+        self.candidates = self.candidates.to(device)
+        self.answer = self.answer.to(device)
+        self.valid = self.valid.to(device)
+        pronoun = pronoun.to(device)
+        self.from_pronoun = geo.from_words[torch.arange(n_batch, device=device), pronoun]  # (B, T)
         self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
         self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
 
@@ -342,5 +353,5 @@ def induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
             lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
         sums.add("induction.n", items, torch.ones(len(items)))
         for layer in range(lm.n_layers):
-            value = induction.collect(cap.pattern(layer).cpu(), options.induction_length, start)
+            value = induction.collect(cap.pattern(layer), options.induction_length, start)
             sums.add_layer("induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads)

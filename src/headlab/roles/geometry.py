@@ -359,11 +359,9 @@ def build_geometry(
     lengths = torch.tensor([a.n_tokens for a in alignments], device=device)
     pos = torch.arange(n_positions, device=device)[None, :]
     visible = (pos + 1) if causal else lengths[:, None].expand(n_batch, n_positions)
-    log_visible = torch.where(
-        pos < lengths[:, None],
-        visible.double().log(),
-        torch.zeros((), dtype=torch.float64, device=device),
-    ).float()
+    wide = torch.float32 if torch.device(device).type == "mps" else torch.float64  # mps: no f64
+    zero = torch.zeros((), dtype=wide, device=device)
+    log_visible = torch.where(pos < lengths[:, None], visible.to(wide).log(), zero).float()
     to_words = torch.nn.functional.one_hot(token_word, n_words + 1)[..., :n_words].float()
     counts = to_words.sum(1).clamp_min(1.0)  # (B, W) tokens per word
     from_words = (to_words / counts[:, None, :]).transpose(1, 2).contiguous()

@@ -27,12 +27,23 @@ layers, width 768, 12 heads, 4 KV heads; random weights built in-process).
     python benchmarks/roles.py            # the full table (about 20 minutes)
     python benchmarks/roles.py --quick    # MiniLM at 128 tokens only, one round
     python benchmarks/roles.py --split decoder-100M 512   # where each route's time goes
+
+On a GPU (``benchmarks/gpu.sh``), one model and length, in one process, on ``--device`` in
+``--dtype``: plain sdpa, headlab and eager, alternating rounds, with each way's peak GPU memory::
+
+    python benchmarks/roles.py --model llama-1b --length 2048 --device cuda --dtype bfloat16
+
+``llama-1b`` is a random Llama-shaped model of about a billion parameters (16 layers, width
+2048, 32 heads, 8 KV heads); ``llama-tiny`` the same shape in miniature, for dry runs on a CPU.
+Both use the tokenizer of the small model bundled with headlab (no MiniLM, no download), and the
+documents come from the bundled UD EWT sample when the shared data is not there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -57,7 +68,10 @@ def documents(tokenizer: Any, length: int, n_tokens: int) -> list[Any]:
     rels: list[str] = []
     used = 2
     total = 0
-    for s in read_conllu(DATA / "ud-ewt" / "en_ewt-ud-dev.conllu"):
+    from headlab.datasets import sample_path
+
+    source = DATA / "ud-ewt" / "en_ewt-ud-dev.conllu"
+    for s in read_conllu(source if source.is_file() else sample_path("treebank")):
         n = len(tokenizer(" ".join(s.words), add_special_tokens=False)["input_ids"])
         if used + n > length and words:
             out.append(
@@ -84,20 +98,53 @@ def documents(tokenizer: Any, length: int, n_tokens: int) -> list[Any]:
 
 
 #: the models this benchmark builds
-MODELS = ("minilm", "decoder-100M")
+MODELS = ("minilm", "decoder-100M", "llama-1b", "llama-tiny")
+
+#: random Llama-shaped models built in-process with the bundled tokenizer (no MiniLM needed)
+LLAMAS = {
+    "llama-1b": {
+        "hidden_size": 2048,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 8192,
+    },
+    "llama-tiny": {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+    },
+}
 
 
-def build_model(name: str, mode: str, dtype: torch.dtype) -> Any:
+def build_model(
+    name: str, mode: str, dtype: torch.dtype, device: str | torch.device = "cpu"
+) -> Any:
     """``(hf model, tokenizer)`` for ``name`` with the attention ``mode`` asks for."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from headlab.models import default_model_path
 
-    path = str(default_model_path())
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    attn = "eager" if mode == "eager" else "sdpa"
     if name not in MODELS:
         raise SystemExit(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
+    attn = "eager" if mode == "eager" else "sdpa"
+    if name in LLAMAS:
+        from headlab.models.loading import bundled_model_path
+
+        path = str(bundled_model_path("tiny-shakespeare"))
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        config = AutoConfig.for_model(
+            "llama", vocab_size=len(tokenizer), max_position_embeddings=4096, **LLAMAS[name]
+        )
+        config._attn_implementation = attn
+        torch.manual_seed(0)
+        with torch.device(device):  # a billion random weights are drawn where they live
+            model = AutoModel.from_config(config, dtype=dtype)
+        return model.eval(), tokenizer
+    path = str(default_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if name == "minilm":
         model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=attn)
     else:
@@ -114,7 +161,7 @@ def build_model(name: str, mode: str, dtype: torch.dtype) -> Any:
         config._attn_implementation = attn
         torch.manual_seed(0)
         model = AutoModel.from_config(config)
-    return model.to(dtype).eval(), tokenizer
+    return model.to(device=device, dtype=dtype).eval(), tokenizer
 
 
 def eager_blocks(
@@ -134,8 +181,20 @@ def eager_blocks(
         blocks.layer_done(layer)
 
 
-def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) -> dict[str, Any]:
-    """Time ``modes`` over the same batches, alternating, ``rounds`` times (one model load)."""
+def child(
+    name: str,
+    length: int,
+    modes: list[str],
+    n_tokens: int,
+    rounds: int,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    warmup: bool = False,
+    block_elements: int = 1 << 20,
+) -> dict[str, Any]:
+    """Time ``modes`` over the same batches, alternating, ``rounds`` times (one model load), on
+    ``device`` in ``dtype`` (``-bf16`` modes: a bfloat16 copy)."""
     import copy
 
     from headlab.datasets import read_frequencies, sample_path
@@ -145,9 +204,10 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
     from headlab.models.streaming import StreamingAttention
     from headlab.models.words import align
     from headlab.roles.bootstrap import Sums
-    from headlab.roles.measure import RoleOptions, TreebankBlocks
+    from headlab.roles.passes import TreebankBlocks
 
-    model, tokenizer = build_model(name, "plain", torch.float32)
+    model, tokenizer = build_model(name, "plain", dtype, device)
+    cuda = torch.device(device).type == "cuda"
     docs = documents(tokenizer, length, n_tokens)
     lm = wrap(model, tokenizer, name=name)
     lm16 = None
@@ -163,15 +223,16 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
     def one_pass(mode: str) -> tuple[float, Sums]:
         run = lm16 if mode.endswith("-bf16") else lm
         assert run is not None
-        dtype = torch.bfloat16 if mode.endswith("-bf16") else torch.float32
         kind = mode.removesuffix("-bf16")
         run.model.set_attn_implementation(
             {"plain": "sdpa", "eager": "eager", "eager-maps": "eager"}.get(
                 kind, ATTN_IMPLEMENTATION
             )
         )
-        options = RoleOptions(replicates=100, dtype=dtype)
-        sums = Sums(len(docs), options.replicates, 0)
+        sums = Sums(len(docs), 100, 0, device=run.device)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         with torch.inference_mode():
             for chunk, inputs in prepared:
@@ -206,11 +267,21 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
                     del cache
                     eager_blocks(maps, blocks)
                     del maps
-                else:
-                    with StreamingAttention(run, blocks, dtype=dtype, stop_after_last=True):
+                else:  # q k^T in the model's dtype, softmax and statistics in float32
+                    with StreamingAttention(
+                        run, blocks, block_elements=block_elements, stop_after_last=True
+                    ):
                         run.model(**inputs)
-        return time.perf_counter() - start, sums
+        if cuda:
+            torch.cuda.synchronize()
+            peak_gib.setdefault(mode, []).append(torch.cuda.max_memory_allocated() / 2**30)
+        return time.perf_counter() - start, sums.cpu()
 
+    peak_gib: dict[str, list[float]] = {}
+    if warmup:  # one untimed pass of each way first (CUDA contexts, kernels, allocator)
+        for mode in modes:
+            one_pass(mode)
+        peak_gib.clear()
     seconds: dict[str, list[float]] = {m: [] for m in modes}
     scores: dict[str, dict[str, list[float]]] = {}
     for _ in range(rounds):
@@ -228,6 +299,7 @@ def child(name: str, length: int, modes: list[str], n_tokens: int, rounds: int) 
         "seconds": seconds,
         "scores": scores,
         "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_gpu_gib": {m: max(v) for m, v in peak_gib.items()},
         "documents": len(docs),
         "tokens": sum(a.n_tokens for _, a in items),
     }
@@ -262,7 +334,12 @@ def run_child(
         ],
         capture_output=True,
         text=True,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "PATH": "/usr/bin:/bin",
+            # the headlab being measured (a checkout's src/), and where its kernels are cached
+            **{k: os.environ[k] for k in ("PYTHONPATH", "HEADLAB_CACHE") if k in os.environ},
+        },
     )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
@@ -279,6 +356,41 @@ def largest_difference(a: dict[str, list[float]], b: dict[str, list[float]]) -> 
     return max(abs(x - y) for k in a for x, y in zip(a[k], b[k], strict=True))
 
 
+def one_model(args: argparse.Namespace) -> None:
+    """``--model``: plain, headlab and eager on one model, length, device and dtype, in one
+    process (GPU timings are synchronized; peak GPU memory per way)."""
+    modes = ["plain", "headlab", "eager"]
+    dtype = getattr(torch, args.dtype)
+    t = child(
+        args.model,
+        args.length,
+        modes,
+        args.tokens,
+        args.rounds,
+        device=args.device,
+        dtype=dtype,
+        warmup=True,
+        block_elements=args.block_elements,
+    )
+    sec = {m: min(v) for m, v in t["seconds"].items()}
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.machine()
+    print(
+        f"{args.model} | {args.dtype} | {args.device} ({name}) | torch {torch.__version__} | "
+        f"{t['documents']} documents of up to {args.length} tokens ({t['tokens']} tokens) | "
+        f"blocks of {args.block_elements} weights | "
+        f"best of {args.rounds} alternating rounds | 100 bootstrap replicates"
+    )
+    print("| way | seconds | peak GPU GiB |\n|---|---|---|")
+    for m in modes:
+        peak = t["peak_gpu_gib"].get(m)
+        print(f"| {m} | {sec[m]:.3f} | {'-' if peak is None else f'{peak:.1f}'} |")
+    print(f"role statistics / plain {args.dtype} sdpa forward: {ratios(t, 'headlab', 'plain')}")
+    print(f"eager capture / role statistics: {ratios(t, 'eager', 'headlab')}")
+    diff = largest_difference(t["scores"]["headlab"], t["scores"]["eager"])
+    print(f"largest score difference, headlab vs eager: {diff:.4f}")
+    print(json.dumps({"model": args.model, "dtype": args.dtype, "device": args.device, **t}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -290,7 +402,26 @@ def main() -> None:
         help="only split one model's time: plain, headlab, eager maps alone, eager + statistics",
     )
     parser.add_argument("--child", nargs=5, metavar=("MODEL", "T", "MODES", "TOKENS", "ROUNDS"))
+    parser.add_argument("--model", choices=MODELS, help="only this model, in this process")
+    parser.add_argument("--length", type=int, default=2048, help="with --model: tokens (2048)")
+    parser.add_argument("--tokens", type=int, default=TOKENS_PER_RUN, help="with --model")
+    parser.add_argument("--device", default="cpu", help="with --model: cpu or cuda (cpu)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="with --model",
+    )
+    parser.add_argument(
+        "--block-elements",
+        type=int,
+        default=1 << 20,
+        help="with --model: weights per query block of headlab's attention (default 2^20)",
+    )
     args = parser.parse_args()
+    if args.model:
+        one_model(args)
+        return
     if args.child:
         name, length, modes, tokens, rounds = args.child
         print(json.dumps(child(name, int(length), modes.split(","), int(tokens), int(rounds))))

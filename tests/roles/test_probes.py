@@ -8,8 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from tests.models.tiny import tokenizer_path
 
-from headlab.models import align, default_model_path
+from headlab.models import align
 from headlab.roles import geometry
 from headlab.roles.bootstrap import Sums
 from headlab.roles.geometry import WordArgmaxStream, build_geometry, is_punctuation
@@ -46,7 +47,7 @@ TREES = [
 def tokenizer():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(default_model_path()), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(tokenizer_path()), local_files_only=True)
 
 
 @pytest.fixture(scope="module")

@@ -56,14 +56,14 @@ def test_both_word_paths_give_the_same_statistics(
 ) -> None:
     """Short batches take word sums from the attention's product, long ones the block-wise
     word argmax: forcing either path on the same sentences changes no score."""
-    from headlab.roles import measure
+    from headlab.roles import passes
 
     lm = load(build(family, tmp_path / family))
     tb = read_conllu(sample_path("treebank"), limit=16)
     opts = RoleOptions(replicates=3, induction_sequences=4, induction_length=8)
     reports = []
     for limit in (0, 1 << 30):
-        monkeypatch.setattr(measure, "DENSE_WORDS", limit)
+        monkeypatch.setattr(passes, "DENSE_WORDS", limit)
         reports.append(measure_roles(lm, tb, options=opts))
     stream, dense = reports
     assert [r.accuracy for r in stream.relations] == [r.accuracy for r in dense.relations]
@@ -104,20 +104,3 @@ def test_roles_of_a_model_pruned_layer_by_layer(tmp_path: Path, family: str) -> 
         assert r.head < counts[r.layer]
     with pytest.raises(IndexError, match="layer 0 has heads"):
         small.head(0, counts[0])
-
-
-def test_a_model_off_the_cpu_gets_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The statistics' word geometry lives on the CPU: a model elsewhere is refused in one line
-    before any work, instead of failing deep inside on mixed devices."""
-    import torch
-
-    from headlab.errors import InputError
-    from headlab.models.loading import LoadedModel
-
-    lm = load(build("bert", tmp_path / "bert"))
-    monkeypatch.setattr(LoadedModel, "device", property(lambda self: torch.device("cuda", 0)))
-    tb = read_conllu(sample_path("treebank"), limit=2)
-    with pytest.raises(InputError, match=r"run on the CPU for now, but the model is on cuda:0"):
-        measure_roles(lm, tb, options=RoleOptions(replicates=0))

@@ -6,6 +6,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -198,7 +199,7 @@ def test_unalignable_sentences_are_skipped_and_counted(tmp_path: Path, minilm) -
     path.write_text("\n\n".join([bad, *lines[1:]]) + "\n\n")
     report = measure_roles(minilm, read_conllu(path), options=RoleOptions(replicates=0))
     tb = report.data["treebank"]
-    assert tb["used"] == 2 and sum(tb["skipped"].values()) == 1
+    assert tb["used"] == 2 and tb["skipped"] == {"words could not be aligned to tokens": 1}
 
 
 def test_bad_treebank_path_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -207,16 +208,46 @@ def test_bad_treebank_path_is_one_line_error(capsys: pytest.CaptureFixture[str])
     assert "cannot read treebank /no/such.conllu" in err and err.count("\n") == 1
 
 
-def test_bf16_scores_stay_close_to_float32(capsys: pytest.CaptureFixture[str]) -> None:
-    runs = {}
-    for flag in ([], ["--bf16"]):
-        assert (
-            main(["roles", "--limit", "30", "--replicates", "0", "--no-gap", "--json", *flag]) == 0
-        )
-        runs[bool(flag)] = json.loads(capsys.readouterr().out)["heads"]
-    for a, b in zip(runs[False], runs[True], strict=True):
-        for key in ("positional", "previous", "delimiter", "broad"):
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module")
+def float32_roles() -> dict[str, Any]:
+    """``headlab roles`` in float32 on the CPU, 60 sentences and GAP rows."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*BF16_ARGV, "--device", "cpu"]) == 0
+    return json.loads(out.getvalue())
+
+
+BF16_ARGV = ["roles", "--limit", "60", "--replicates", "0", "--json"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bfloat16_roles_agree_with_float32(
+    float32_roles: dict[str, Any], device: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--dtype bfloat16`` (model and ``q k^T``; softmax and statistics float32) on any
+    device: measured on the CPU at 100 sentences, 70 of 72 roles agree, weight sums and
+    argmax shares move by at most 0.011 and coreference by 0.02; syntactic accuracies, the
+    best of relations with a handful of arcs, can move by one arc in six."""
+    assert main([*BF16_ARGV, "--device", device, "--dtype", "bfloat16"]) == 0
+    half = json.loads(capsys.readouterr().out)
+    full = float32_roles
+    same = sum(a["role"] == b["role"] for a, b in zip(full["heads"], half["heads"], strict=True))
+    assert same >= 66  # of 72
+    assert half["data"] == full["data"]
+    for a, b in zip(full["heads"], half["heads"], strict=True):
+        for key in ("positional", "previous", "next", "delimiter", "broad", "rare-token"):
             assert abs(a["scores"][key] - b["scores"][key]) < 0.03, key
+        assert abs(a["scores"]["entropy"] - b["scores"]["entropy"]) < 0.05
+        assert abs(a["scores"]["coreference"] - b["scores"]["coreference"]) < 0.1
+    assert half["coreference"]["accuracy"] == pytest.approx(
+        full["coreference"]["accuracy"], abs=0.1
+    )
 
 
 def test_roles_without_native_kernels_say_so_and_agree(

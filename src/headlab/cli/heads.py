@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from headlab.cli._args import integer, text
+from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
 
 LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
@@ -41,8 +42,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         type=text("a model folder"),
-        help="a Hugging Face model folder (default: all-MiniLM-L6-v2)",
+        help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
     )
+    add_model_arguments(p)
     p.add_argument(
         "--layer", type=int, action="append", help="only this layer (0-based; repeatable)"
     )
@@ -54,7 +56,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
-    from headlab.models import load, word_attention
+    from headlab.models import word_attention
 
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    lm = load(args.model)
+    lm = load_model(args)
     layers = args.layer or list(range(lm.n_layers))
     for layer in layers:
         if not 0 <= layer < lm.n_layers:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
+from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import console, emit_json, human_bytes
 
 
@@ -28,8 +29,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         type=text("a model folder"),
-        help="a Hugging Face model folder (default: all-MiniLM-L6-v2)",
+        help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
     )
+    add_model_arguments(p)
     p.add_argument("--fraction", type=number(), help="share of heads to remove, in (0, 1)")
     p.add_argument("--curve", action="store_true", help="only the pruning curve, no model")
     p.add_argument("--out", help="folder for the pruned model (refused if it exists)")
@@ -135,7 +137,6 @@ def _metrics(args: argparse.Namespace, lm: Any) -> tuple[Any, Any, dict[str, Any
 
 def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError, OutputExistsError
-    from headlab.models import load
 
     if args.curve == (args.fraction is not None):
         raise InputError("give either --fraction F (prune and save) or --curve (measure only)")
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from headlab.pruning.progressive import progressive_prune
 
     with_head = (args.metric or "") == "perplexity" or bool(args.text)
-    lm = load(args.model, with_lm_head=with_head)
+    lm = load_model(args, with_lm_head=with_head)
     if (
         args.transformers_compatible
         and lm.adapter.native_config(lm.model.config.to_dict(), [1], [1], lm.head_dim) is None

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, text
+from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import native_note
 from headlab.cli.heads import LESSON_SENTENCE
 
@@ -27,8 +28,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         type=text("a model folder"),
-        help="a Hugging Face model folder (default: all-MiniLM-L6-v2)",
+        help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
     )
+    add_model_arguments(p)
     p.add_argument(
         "--out",
         type=text("a folder"),
@@ -134,7 +136,6 @@ def check_pruning(data: dict[str, Any], path: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from headlab.datasets import read_conllu, read_frequencies, read_gap, sample_path
     from headlab.errors import InputError
-    from headlab.models import load
     from headlab.report import write_report
     from headlab.roles import RoleOptions, measure_roles
 
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         hf_logging.disable_progress_bar()
     treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
-    lm = load(args.model)
+    lm = load_model(args)
     native_note("headlab report")
     say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
     roles = measure_roles(

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from headlab.cli._args import integer, seed, text
+from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import console, emit_json, native_note
 
 #: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
@@ -30,8 +31,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         type=text("a model folder"),
-        help="a Hugging Face model folder (default: all-MiniLM-L6-v2)",
+        help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
     )
+    add_model_arguments(p)
     p.add_argument(
         "--treebank",
         type=text("a file"),
@@ -62,8 +64,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--bf16",
         action="store_true",
-        help="model and q k^T in bfloat16, softmax and statistics in float32 (faster on CPUs "
-        "with AMX; scores move by well under 0.01, see benchmarks/RESULTS.md)",
+        help="the same as --dtype bfloat16: model and q k^T in bfloat16, softmax and statistics "
+        "in float32 (faster on CPUs with AMX; scores move by well under 0.01, see "
+        "benchmarks/RESULTS.md)",
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the full result as JSON")
@@ -74,7 +77,6 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from headlab.datasets import read_conllu, read_frequencies, read_gap, sample_path
     from headlab.errors import InputError
-    from headlab.models import load
     from headlab.roles import RoleOptions, measure_roles
 
     if args.limit is not None and args.limit < 1:
@@ -88,10 +90,11 @@ def run(args: argparse.Namespace) -> int:
     treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     frequencies = read_frequencies(args.frequencies or sample_path("frequencies"))
-    import torch
-
-    dtype = torch.bfloat16 if args.bf16 else torch.float32
-    lm = load(args.model, dtype=dtype)
+    if args.bf16:
+        if args.dtype not in ("float32", "bfloat16"):
+            raise InputError(f"--bf16 is --dtype bfloat16; it contradicts --dtype {args.dtype}")
+        args.dtype = "bfloat16"
+    lm = load_model(args)
     native_note("headlab roles")
     report = measure_roles(
         lm,
@@ -102,7 +105,6 @@ def run(args: argparse.Namespace) -> int:
             replicates=args.replicates,
             seed=args.seed,
             progress=sys.stderr.isatty(),
-            dtype=dtype,
         ),
     )
     if args.json:

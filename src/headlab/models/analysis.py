@@ -37,7 +37,7 @@ class WordAttention:
     def special_mass(self, layer: int, head: int, word: str) -> float:
         """Share of ``word``'s attention that goes to special tokens."""
         row = self.patterns[layer][head, self.alignment.word_index(word)]
-        mask = torch.tensor(self.alignment.is_special)
+        mask = torch.tensor(self.alignment.is_special, device=row.device)
         return float(row[mask].sum())
 
 

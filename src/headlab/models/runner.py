@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from headlab.errors import InputError
+from headlab.errors import InputError, TooLongError
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.models.streaming import BlockConsumer, StreamingAttention
@@ -32,7 +32,7 @@ def encode(lm: LoadedModel, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         list(texts), return_tensors="pt", padding=True, padding_side="right", truncation=False
     )
     if limit is not None and batch["input_ids"].shape[1] > limit:
-        raise InputError(
+        raise TooLongError(
             f"input is {batch['input_ids'].shape[1]} tokens long; {lm.name} takes at most {limit} "
             "(shorten it: headlab does not truncate silently)"
         )
@@ -70,10 +70,12 @@ class Batch:
 
 @dataclass(frozen=True, kw_only=True)
 class Skipped:
-    """A sentence left out, and why."""
+    """A sentence left out, and why: ``reason`` the error's message, ``kind`` its kind in a
+    few words (:attr:`headlab.errors.InputError.kind`; the message when the error has none)."""
 
     index: int
     reason: str
+    kind: str = ""
 
 
 def _progress(total: int, enabled: bool) -> Any:
@@ -161,7 +163,7 @@ def _batches(
             else:
                 items.append((i, align(lm.tokenizer, words=list(sentence), max_tokens=limit)))
         except InputError as exc:
-            skipped.append(Skipped(index=i, reason=str(exc)))
+            skipped.append(Skipped(index=i, reason=str(exc), kind=exc.kind or str(exc)))
     if skipped:
         logger.info("skipped %d sentences", len(skipped))
     items.sort(key=lambda item: item[1].n_tokens)

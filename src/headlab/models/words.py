@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from headlab.errors import InputError
+from headlab.errors import AlignmentError, InputError, TooLongError
 
 _WORD = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]")
 
@@ -108,8 +108,9 @@ def align(
     Give either raw ``text`` or pre-split ``words`` (joined with single spaces).
 
     Raises:
-        InputError: empty input, a text longer than ``max_tokens``, or tokens that straddle
-            two words (the sentence cannot be aligned).
+        InputError: empty input.
+        TooLongError: a text longer than ``max_tokens``.
+        AlignmentError: a token straddles two words, or a word gets no token.
     """
     if (text is None) == (words is None):
         raise InputError("give either text or words")
@@ -132,7 +133,7 @@ def align(
     )
     ids = enc["input_ids"]
     if max_tokens is not None and len(ids) > max_tokens:
-        raise InputError(
+        raise TooLongError(
             f"the text is {len(ids)} tokens long; this model takes at most {max_tokens} "
             "(shorten it: headlab does not truncate silently)"
         )
@@ -156,7 +157,7 @@ def align(
         # the piece containing this token's first character
         j = bisect.bisect_right(starts, a) - 1  # starts are increasing
         if j < 0 or a >= pieces[j][2] or b > pieces[j][2]:
-            raise InputError(
+            raise AlignmentError(
                 f"token {tokenizer.convert_ids_to_tokens(ids[tok])!r} at characters {a}-{b} does not fall inside one word"
             )
         if j not in word_of_piece:
@@ -167,7 +168,7 @@ def align(
         token_to_word.append(word_of_piece[j])
     if len(word_of_piece) != len(pieces):
         lost = [pieces[j][0] for j in range(len(pieces)) if j not in word_of_piece]
-        raise InputError(f"the tokenizer produced no token for the words {lost}")
+        raise AlignmentError(f"the tokenizer produced no token for the words {lost}")
     return Alignment(
         words=tuple(out_words),
         is_special=tuple(special),

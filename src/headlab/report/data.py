@@ -29,8 +29,8 @@ def sentence_patterns(lm: LoadedModel, text: str) -> dict[str, Any]:
     keep = min(len(words), MAX_VIEWER_WORDS)
     patterns = []
     for layer in range(lm.n_layers):
-        p = wa.patterns[layer][:, :keep, :keep]  # (H, W, W)
-        patterns.append([[[round(float(x), 3) for x in row] for row in head] for head in p])
+        p = wa.patterns[layer][:, :keep, :keep].float().cpu().tolist()  # (H, W, W)
+        patterns.append([[[round(x, 3) for x in row] for row in head] for head in p])
     return {
         "text": text,
         "words": words[:keep],

@@ -5,6 +5,10 @@ approximated by the Poisson bootstrap (each sentence enters each replicate ``Poi
 Hanley & MacGibbon 2006): weights are fixed per sentence and seed, so each replicate's sums are
 accumulated in the same single pass, in any batch order, and memory does not grow with the corpus.
 Replicate 0 is the corpus itself (all weights 1).
+
+The sums live where the statistics are computed (the model's device), in float64, and move to
+the CPU once, when a corpus is done (:meth:`Sums.cpu`); the weights are drawn on the CPU, so a
+seed gives the same replicates on every device.
 """
 
 from __future__ import annotations
@@ -17,10 +21,17 @@ import torch
 class Sums:
     """Named weighted sums ``(R + 1, ...)``; index 0 is the full corpus, 1..R are resamples."""
 
-    def __init__(self, n_items: int, replicates: int, seed: int) -> None:
+    def __init__(
+        self, n_items: int, replicates: int, seed: int, *, device: torch.device | str = "cpu"
+    ) -> None:
+        device = torch.device(device)
+        if device.type == "mps":  # no float64 there: the sums stay on the CPU
+            device = torch.device("cpu")
+        self.device = device
         gen = torch.Generator().manual_seed(seed)
         weights = torch.poisson(torch.ones(n_items, replicates), generator=gen)
-        self.weights = torch.cat([torch.ones(n_items, 1), weights], dim=1).double()  # (N, R+1)
+        weights = torch.cat([torch.ones(n_items, 1), weights], dim=1).double()  # (N, R+1)
+        self.weights = weights.to(device)
         self.values: dict[str, torch.Tensor] = {}
         self._cached: tuple[tuple[int, ...], torch.Tensor] | None = None
 
@@ -38,7 +49,7 @@ class Sums:
     def add(self, name: str, items: Sequence[int], values: torch.Tensor) -> None:
         """Add per-item ``values`` ``(B, ...)`` of corpus items ``items`` into ``name``."""
         wt = self._weights_t(items)  # (R+1, B)
-        flat = values.reshape(values.shape[0], -1).double()  # (B, K)
+        flat = values.reshape(values.shape[0], -1).to(self.device, torch.float64)  # (B, K)
         total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])  # (R+1, ...)
         if name in self.values:
             self.values[name] += total
@@ -61,14 +72,25 @@ class Sums:
         layer by layer) fills the first ``H_l`` of them; the others keep zero sums.
         """
         wt = self._weights_t(items)
-        flat = values.reshape(values.shape[0], -1).double()
+        flat = values.reshape(values.shape[0], -1).to(self.device, torch.float64)
         total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])
         if name not in self.values:
             shape = list(values.shape[1:])
             if n_heads is not None and shape:
                 shape[0] = max(shape[0], n_heads)
-            self.values[name] = torch.zeros(wt.shape[0], n_layers, *shape, dtype=torch.float64)
+            self.values[name] = torch.zeros(
+                wt.shape[0], n_layers, *shape, dtype=torch.float64, device=self.device
+            )
         self.values[name][:, layer, : total.shape[1]] += total
+
+    def cpu(self) -> Sums:
+        """Move the sums (and weights) to the CPU, where scores are computed; returns ``self``."""
+        if self.device.type != "cpu":
+            self.device = torch.device("cpu")
+            self.weights = self.weights.cpu()
+            self.values = {name: value.cpu() for name, value in self.values.items()}
+            self._cached = None
+        return self
 
     def get(self, name: str) -> torch.Tensor:
         return self.values[name]

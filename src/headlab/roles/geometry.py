@@ -184,9 +184,11 @@ class WordArgmaxStream:
         self.blocked = ~geo.word_real | geo.word_special  # (B, W)
         self.special = [geo.word_special[b].nonzero().flatten() for b in range(n_batch)]
         # finished words go to columns 0..W-1, other block rows to the spare column W
-        self.argmax = torch.zeros(n_batch, n_heads, n_words + 1, dtype=torch.long)
+        self.device = device = geo.token_word.device
+        self.argmax = torch.zeros(n_batch, n_heads, n_words + 1, dtype=torch.long, device=device)
         self.carry: torch.Tensor | None = None  # (B, H, c) sums of a word cut by a block end
-        self.carry_word = torch.full((n_batch,), -1, dtype=torch.long)  # -1: nothing carried
+        # -1: nothing carried
+        self.carry_word = torch.full((n_batch,), -1, dtype=torch.long, device=device)
         #: scratch (reused, also by the next layer's stream: fresh large buffers cost page faults)
         self.buffer = buffer
         # the native kernel (headlab.native) sums each head's current word row by row
@@ -220,11 +222,12 @@ class WordArgmaxStream:
         # each word's rows add up in its first row of the block (B, t, H, c)
         owners = self.key_word[:, start:stop].contiguous()  # (B, t) non-decreasing
         last = owners[:, -1]
+        device = self.device
         head = torch.searchsorted(owners, owners)  # (B, t) first row of each row's word
-        lead = head == torch.arange(n_rows)  # (B, t) rows that begin a word in this block
+        lead = head == torch.arange(n_rows, device=device)  # (B, t) rows that begin a word here
         if not bool(lead.all()):
             flat = cols.view(n_batch * n_rows, n_heads, width)
-            base = n_rows * torch.arange(n_batch)[:, None]
+            base = n_rows * torch.arange(n_batch, device=device)[:, None]
             more = (~lead).flatten().nonzero().flatten()
             flat.index_add_(0, (head + base).flatten()[more], flat[more])
         rows = cols  # a word's row is now its first row's
@@ -236,7 +239,7 @@ class WordArgmaxStream:
         if stop < self.key_word.shape[1]:
             open_word = (self.key_word[:, stop] == last) & (last < self.n_real)  # (B,)
         else:
-            open_word = torch.zeros(n_batch, dtype=torch.bool)
+            open_word = torch.zeros(n_batch, dtype=torch.bool, device=device)
         if bool(open_word.any()):
             at = head[:, -1, None, None, None].expand(n_batch, 1, n_heads, width)
             self.carry = rows.gather(1, at)[:, 0, :, :n_cols].clone()  # (B, H, c)
@@ -247,7 +250,7 @@ class WordArgmaxStream:
         # spare column c), then the first maximum over the c columns
         word = owners
         n_special = max(len(s) for s in self.special)
-        fill = torch.full((n_batch, n_rows, 1 + n_special), n_cols, dtype=torch.long)
+        fill = torch.full((n_batch, n_rows, 1 + n_special), n_cols, dtype=torch.long, device=device)
         fill[..., 0] = word.clamp_max(n_cols)
         for b, special in enumerate(self.special):
             fill[b, :, 1 : 1 + len(special)] = special.clamp_max(n_cols)
@@ -274,7 +277,7 @@ class WordArgmaxStream:
         full = rows.new_zeros(len(b), self.blocked.shape[1])  # (k, W)
         n_cols = min(rows.shape[-1], full.shape[1])
         full[:, :n_cols] = rows[b, j, h, :n_cols]
-        column = torch.arange(full.shape[1])
+        column = torch.arange(full.shape[1], device=full.device)
         full.masked_fill_(self.blocked[b] | (column[None, :] == word[b, j][:, None]), -1.0)
         where = where.clone()
         where[b, j, h] = full.max(-1).indices
@@ -318,9 +321,15 @@ def _word_table(geo: Geometry, key_word: torch.Tensor, n_real: torch.Tensor) -> 
 
 
 def build_geometry(
-    alignments: list[Alignment], n_positions: int, tokenizer: Any, *, causal: bool
+    alignments: list[Alignment],
+    n_positions: int,
+    tokenizer: Any,
+    *,
+    causal: bool,
+    device: torch.device | str = "cpu",
 ) -> Geometry:
-    """Masks and word matrices for sentences padded (on the right) to ``n_positions`` tokens."""
+    """Masks and word matrices for sentences padded (on the right) to ``n_positions`` tokens,
+    on ``device`` (where the model's attention is: the probes work there)."""
     n_batch = len(alignments)
     n_words = max(len(a.words) for a in alignments)
     cls_token = getattr(tokenizer, "cls_token", None)
@@ -337,21 +346,22 @@ def build_geometry(
         kinds.append([word_kind[w] for w in a.token_to_word] + [-1] * pad)
         token_words.append(list(a.token_to_word) + [n_words] * pad)  # pad -> dummy word
         specials.append(list(a.is_special) + [False] * (n_words - len(a.words)))
-    kind = torch.tensor(kinds, dtype=torch.long).view(n_batch, n_positions)
-    token_word = torch.tensor(token_words, dtype=torch.long).view(n_batch, n_positions)
-    word_special = torch.tensor(specials, dtype=torch.bool).view(n_batch, n_words)
-    n_real = torch.tensor([len(a.words) for a in alignments])
-    word_real = torch.arange(n_words)[None, :] < n_real[:, None]
+    kind = torch.tensor(kinds, dtype=torch.long, device=device).view(n_batch, n_positions)
+    token_word = torch.tensor(token_words, dtype=torch.long, device=device)
+    token_word = token_word.view(n_batch, n_positions)
+    word_special = torch.tensor(specials, dtype=torch.bool, device=device).view(n_batch, n_words)
+    n_real = torch.tensor([len(a.words) for a in alignments], device=device)
+    word_real = torch.arange(n_words, device=device)[None, :] < n_real[:, None]
     query = (kind == 0) | (kind == 1)
     cls = (kind == 2).float()
     sep = (kind == 3).float()
     punct = (kind == 1).float()
-    lengths = torch.tensor([a.n_tokens for a in alignments])
-    pos = torch.arange(n_positions)[None, :]
+    lengths = torch.tensor([a.n_tokens for a in alignments], device=device)
+    pos = torch.arange(n_positions, device=device)[None, :]
     visible = (pos + 1) if causal else lengths[:, None].expand(n_batch, n_positions)
-    log_visible = torch.where(
-        pos < lengths[:, None], visible.double().log(), torch.zeros((), dtype=torch.float64)
-    ).float()
+    wide = torch.float32 if torch.device(device).type == "mps" else torch.float64  # mps: no f64
+    zero = torch.zeros((), dtype=wide, device=device)
+    log_visible = torch.where(pos < lengths[:, None], visible.to(wide).log(), zero).float()
     to_words = torch.nn.functional.one_hot(token_word, n_words + 1)[..., :n_words].float()
     counts = to_words.sum(1).clamp_min(1.0)  # (B, W) tokens per word
     from_words = (to_words / counts[:, None, :]).transpose(1, 2).contiguous()

@@ -19,7 +19,8 @@ BASELINES = ("nearest", "first")
 
 def pronoun_row(pattern: torch.Tensor, geo: Geometry, pronoun: torch.Tensor) -> torch.Tensor:
     """The pronoun's word-level attention ``(B, H, W)`` from a full pattern ``(B, H, T, T)``."""
-    rows = geo.from_words[torch.arange(pronoun.shape[0]), pronoun]  # (B, T)
+    batch = torch.arange(pronoun.shape[0], device=pronoun.device)
+    rows = geo.from_words[batch, pronoun]  # (B, T)
     seen = (rows[:, None, None, :] @ pattern).squeeze(2)  # (B, H, T)
     return to_word_row(seen, geo)
 

@@ -33,7 +33,8 @@ def sequences(tokenizer: Any, n: int, half: int, seed: int) -> tuple[torch.Tenso
 
 def collect(pattern: torch.Tensor, half: int, start: int) -> torch.Tensor:
     """Mean induction weight per sequence and head ``(B, H)`` from pattern ``(B, H, T, T)``."""
-    rows = torch.arange(start + half, start + 2 * half - 1)  # second copy, but its last token
+    # the second copy, but its last token
+    rows = torch.arange(start + half, start + 2 * half - 1, device=pattern.device)
     cols = rows - half + 1  # the token after the earlier occurrence
     return pattern[:, :, rows, cols].mean(-1)
 

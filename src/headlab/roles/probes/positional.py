@@ -46,7 +46,9 @@ def collect(
         hits, near = positional_rows(pattern, top.float(), counted, start)
         return {"positional.hits": hits, "previous": near[..., 0], "next": near[..., 1]}
     query = geo.query[:, None, start : start + n_rows, None]  # (B, 1, t, 1)
-    key = torch.arange(start, start + n_rows)[:, None] + torch.tensor(OFFSETS)  # (t, 7)
+    device = pattern.device
+    offsets = torch.tensor(OFFSETS, device=device)
+    key = torch.arange(start, start + n_rows, device=device)[:, None] + offsets  # (t, 7)
     ok = (key >= 0) & (key < n_keys)
     idx = key.clamp(0, n_keys - 1).expand(n_batch, n_heads, n_rows, len(OFFSETS))
     near = pattern.gather(-1, idx) * ok  # (B, H, t, 7): weights at t-3 .. t+3
@@ -68,7 +70,7 @@ def scores(sums: Sums) -> dict[str, torch.Tensor]:
     best, where = shares.max(-1)
     return {
         "positional": best,
-        "positional_offset": torch.tensor(OFFSETS)[where],
+        "positional_offset": torch.tensor(OFFSETS, device=where.device)[where],
         "previous": ratio(sums.get("previous"), queries),
         "next": ratio(sums.get("next"), queries),
     }

@@ -89,7 +89,8 @@ def collect(
     to_head = (word_argmax == gold_head[:, None, :]).float()  # (B, H, W)
     flat = word_argmax.reshape(n_batch, -1)
     head_of_target = gold_head.gather(1, flat).view(n_batch, n_heads, n_words)
-    to_dependent = (head_of_target == torch.arange(n_words)).float()  # target's head is me
+    me = torch.arange(n_words, device=word_argmax.device)
+    to_dependent = (head_of_target == me).float()  # the target's head is me
     target_relation = relation.gather(1, flat).view(n_batch, n_heads, n_words)
     shape = (n_batch, n_heads, n_relations + 1)  # the last slot collects "no relation"
     dep_hits = to_head.new_zeros(shape).scatter_add_(
@@ -111,6 +112,6 @@ def scores(sums: Sums) -> dict[str, torch.Tensor]:
     return {
         "accuracy": accuracy,
         "baseline": torch.where(counts > 0, best, torch.nan),
-        "baseline_offset": torch.tensor(OFFSETS)[where],
+        "baseline_offset": torch.tensor(OFFSETS, device=where.device)[where],
         "count": counts,
     }

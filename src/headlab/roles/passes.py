@@ -1,0 +1,357 @@
+"""The streaming passes of role statistics: the treebank and GAP consumers that add up every
+probe's sums block by block during the model's forward pass, and the induction pass.
+
+Each layer's attention is computed by headlab in blocks of query rows during the model's own
+forward pass (:mod:`headlab.models.streaming`); nothing is recomputed or kept between layers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from headlab.datasets.gap import GapData, GapExample
+from headlab.datasets.treebank import TreebankSentence
+from headlab.errors import TooLongError
+from headlab.models.loading import LoadedModel
+from headlab.models.runner import Batch, stream_corpus
+from headlab.models.streaming import BlockConsumer
+from headlab.models.words import Alignment
+from headlab.roles.bootstrap import Sums
+from headlab.roles.geometry import WordArgmaxStream, build_geometry
+from headlab.roles.options import RoleOptions
+from headlab.roles.probes import (
+    broad,
+    coreference,
+    delimiter,
+    induction,
+    positional,
+    rare,
+    syntactic,
+)
+
+#: up to this many (words x tokens), the treebank pass takes word sums from the attention's own
+#: product with one column per word; above it, :class:`WordArgmaxStream` (measured faster from
+#: about 30 tokens on: the product's columns grow with the words, the stream's work does not)
+DENSE_WORDS = 1 << 10
+
+
+class _LayerSums:
+    """Per-batch sums of one layer, added up over its query blocks, then into :class:`Sums`."""
+
+    def __init__(self, sums: Sums, n_layers: int, indices: list[int], n_heads: int) -> None:
+        self.sums = sums
+        self.n_layers = n_layers
+        self.indices = indices
+        self.n_heads = n_heads  # the most heads of any layer
+        self.parts: dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, value: torch.Tensor) -> None:
+        part = self.parts.get(name)
+        self.parts[name] = value if part is None else part + value
+
+    def flush(self, layer: int) -> None:
+        for name, value in self.parts.items():
+            self.sums.add_layer(
+                name, layer, self.n_layers, self.indices, value, n_heads=self.n_heads
+            )
+        self.parts.clear()
+
+
+class TreebankBlocks:
+    """The treebank pass for one batch: every probe of every layer, fed block by block
+    (:class:`~headlab.models.streaming.BlockConsumer`), into ``sums``.
+
+    Benchmarks can feed it weights from elsewhere (eager maps) through the same three calls.
+    """
+
+    def __init__(
+        self,
+        lm: LoadedModel,
+        batch: Batch,
+        sentences: Sequence[TreebankSentence],
+        frequencies: Counter[str],
+        relations: list[str],
+        sums: Sums,
+    ) -> None:
+        n_positions = batch.inputs["input_ids"].shape[1]
+        device = batch.inputs["input_ids"].device
+        self.geo = geo = build_geometry(
+            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal, device=device
+        )
+        n_words = geo.word_real.shape[1]
+        n_batch = len(batch.indices)
+        rel_id = {r: i for i, r in enumerate(relations)}
+        n_rel = self.n_rel = len(relations)
+        gold_head = [[-1] * n_words for _ in range(n_batch)]
+        relation = [[n_rel] * n_words for _ in range(n_batch)]
+        rare_target = [[False] * n_words for _ in range(n_batch)]
+        rare_query = [[False] * n_words for _ in range(n_batch)]
+        rare_chance = torch.zeros(n_batch)
+        counts = torch.zeros(n_batch, n_rel, 2)
+        base = torch.zeros(n_batch, n_rel, 2, len(syntactic.OFFSETS))
+        for b, (i, a) in enumerate(zip(batch.indices, batch.alignments, strict=True)):
+            s = sentences[i]
+            plain = a.plain_words  # treebank word k is batch word plain[k]
+            rels = [rel_id.get(r, -1) for r in s.relations]
+            for k, (h, r) in enumerate(zip(s.heads, rels, strict=True)):
+                if h >= 0 and r >= 0:
+                    gold_head[b][plain[k]] = plain[h]
+                    relation[b][plain[k]] = r
+            counts[b], base[b] = syntactic.sentence_counts(s.heads, rels, n_rel)
+            target = rare.targets(s.words, frequencies)
+            n_target = sum(target)
+            if n_target and len(s.words) > n_target:
+                for k, t in enumerate(target):
+                    rare_target[b][plain[k]] = t
+                    rare_query[b][plain[k]] = not t
+                rare_chance[b] = (len(s.words) - n_target) * n_target / (len(s.words) - 1)
+
+        def table(rows: list[list[Any]], dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(rows, dtype=dtype, device=device).view(n_batch, n_words)
+
+        self.gold_head = table(gold_head, torch.long)
+        self.relation = table(relation, torch.long)
+        self.rare_target = table(rare_target, torch.bool)
+        self.rare_query = table(rare_query, torch.bool)
+        idx = batch.indices
+        sums.add("queries", idx, geo.query.sum(1).float())
+        sums.add("broad.rows", idx, (geo.query & (geo.log_visible > 0)).sum(1).float())
+        sums.add("rare.queries", idx, self.rare_query.sum(1).float())
+        sums.add("rare.chance", idx, rare_chance)
+        sums.add("syntactic.count", idx, counts)
+        sums.add("syntactic.baseline", idx, base)
+        self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
+        # the delimiter masses, and word sums of short inputs, come out of the attention's own
+        # product with the values (see headlab.models.streaming)
+        self.dense_words = n_words * n_positions <= DENSE_WORDS
+        cols = [delimiter.columns(geo)]
+        if self.dense_words:
+            cols.append(geo.to_words)
+        self._columns = torch.cat(cols, dim=-1)  # (B, T, 3 [+ W])
+        self._words: WordArgmaxStream | None = None  # long inputs
+        self._word_buffer: torch.Tensor | None = None  # its scratch, kept from layer to layer
+        self._token_cols: torch.Tensor | None = None  # short inputs: (B, T, H, W)
+        self._owners = geo.to_words.transpose(1, 2).contiguous()  # (B, W, T)
+
+    def columns(self, layer: int) -> torch.Tensor:
+        return self._columns
+
+    def block(
+        self,
+        layer: int,
+        start: int,
+        weights: torch.Tensor,
+        entropy: torch.Tensor,
+        top: torch.Tensor,
+        mixed: torch.Tensor | None,
+    ) -> None:
+        geo = self.geo
+        if mixed is None:
+            mixed = weights @ self._columns[:, None, : weights.shape[-1]]
+        parts = (  # weights (B, H, t, s)
+            positional.collect(weights, geo, start, top=top),
+            delimiter.collect(weights, geo, start, mass=mixed[..., :3]),
+            broad.collect(weights, geo, start, entropy=entropy),
+        )
+        for part in parts:
+            for name, value in part.items():
+                self.layer_sums.add(name, value)
+        if self.dense_words:  # each token row's sums over attended words, kept for the layer
+            n_batch, n_heads, n_rows, _ = weights.shape
+            if self._token_cols is None or self._token_cols.shape[2] != n_heads:
+                n_tok, n_words = self._owners.shape[2], self._owners.shape[1]
+                self._token_cols = weights.new_empty(n_batch, n_tok, n_heads, n_words)
+            self._token_cols[:, start : start + n_rows] = mixed[..., 3:].transpose(1, 2)
+        else:
+            if self._words is None:
+                self._words = WordArgmaxStream(geo, weights.shape[1], buffer=self._word_buffer)
+            self._words.add(weights, start)
+
+    def layer_done(self, layer: int) -> None:
+        self.layer_sums.flush(layer)
+        if self.dense_words:
+            if self._token_cols is None:
+                return
+            n_batch, n_tok, n_heads, n_words = self._token_cols.shape
+            flat = self._token_cols.view(n_batch, n_tok, n_heads * n_words)
+            words = torch.bmm(self._owners, flat).view(n_batch, n_words, n_heads, n_words)
+            words = words.permute(0, 2, 1, 3)  # (B, H, W, W) sums over both words' tokens
+            argmax = self.geo.word_argmax_sums(words)  # (B, H, W)
+        elif self._words is not None:
+            argmax, self._word_buffer = self._words.result(), self._words.buffer
+            self._words = None
+        else:
+            return
+        self.layer_sums.add(
+            "syntactic.hits", syntactic.collect(argmax, self.gold_head, self.relation, self.n_rel)
+        )
+        self.layer_sums.add("rare.hits", rare.collect(argmax, self.rare_target, self.rare_query))
+        self.layer_sums.flush(layer)
+
+
+def treebank_pass(
+    lm: LoadedModel,
+    sentences: Sequence[TreebankSentence],
+    frequencies: Counter[str],
+    relations: list[str],
+    sums: Sums,
+    options: RoleOptions,
+) -> dict[str, int]:
+    def blocks(batch: Batch) -> TreebankBlocks:
+        return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums)
+
+    skipped: Counter[str] = Counter()
+    _stream(lm, [s.words for s in sentences], blocks, options, skipped)
+    return dict(skipped)
+
+
+def _stream(
+    lm: LoadedModel,
+    texts: Sequence[Sequence[str] | str],
+    blocks: Callable[[Batch], BlockConsumer],
+    options: RoleOptions,
+    skipped: Counter[str],
+) -> None:
+    """Run ``texts`` through the model, each batch's attention blocks into ``blocks(batch)``;
+    count the sentences left out, by reason."""
+    for s in stream_corpus(
+        lm,
+        texts,
+        blocks,
+        batch_tokens=options.batch_tokens,
+        block_elements=options.block_elements,
+        dtype=options.dtype,
+        progress=options.progress,
+    ):
+        skipped[s.kind or s.reason] += 1
+
+
+def _gap_words(a: Alignment, span: tuple[int, int]) -> list[int]:
+    start, end = span
+    return [
+        w for w, (s, e) in enumerate(a.word_spans) if not a.is_special[w] and s < end and e > start
+    ]
+
+
+class GapBlocks:
+    """The GAP pass for one batch: each head's word-level attention from the pronoun, fed block
+    by block, into ``sums``."""
+
+    def __init__(
+        self,
+        lm: LoadedModel,
+        batch: Batch,
+        examples: Sequence[GapExample],
+        sums: Sums,
+        skipped: Counter[str],
+    ) -> None:
+        n_positions = batch.inputs["input_ids"].shape[1]
+        device = batch.inputs["input_ids"].device
+        self.geo = geo = build_geometry(
+            batch.alignments, n_positions, lm.tokenizer, causal=lm.causal, device=device
+        )
+        n_batch, n_words = geo.word_real.shape
+        pronoun = torch.zeros(n_batch, dtype=torch.long)
+        self.candidates = torch.zeros(n_batch, 2, n_words, dtype=torch.bool)
+        self.answer = torch.zeros(n_batch, dtype=torch.long)
+        self.valid = torch.zeros(n_batch)
+        nearest = torch.zeros(n_batch)
+        first = torch.zeros(n_batch)
+        for b, (i, a) in enumerate(zip(batch.indices, batch.alignments, strict=True)):
+            ex = examples[i]
+            p_words = _gap_words(a, ex.pronoun)
+            c_words = [_gap_words(a, c) for c in ex.candidates]
+            if len(p_words) != 1 or not all(c_words) or set(c_words[0]) & set(c_words[1]):
+                skipped["pronoun or names not matched to words"] += 1
+                continue
+            self.valid[b] = 1.0
+            pronoun[b] = p_words[0]
+            for c, ws in enumerate(c_words):
+                self.candidates[b, c, ws] = True
+            self.answer[b] = ex.answer
+            distance = [_distance(ex.pronoun, c) for c in ex.candidates]
+            nearest[b] = float(int(distance[1] < distance[0]) == ex.answer)
+            first[b] = float(int(ex.candidates[1][0] < ex.candidates[0][0]) == ex.answer)
+        idx = batch.indices
+        sums.add("coref.examples", idx, self.valid)
+        sums.add("coref.nearest", idx, nearest)
+        sums.add("coref.first", idx, first)
+        self.candidates = self.candidates.to(device)
+        self.answer = self.answer.to(device)
+        self.valid = self.valid.to(device)
+        pronoun = pronoun.to(device)
+        self.from_pronoun = geo.from_words[torch.arange(n_batch, device=device), pronoun]  # (B, T)
+        self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
+        self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
+
+    def columns(self, layer: int) -> None:
+        return None
+
+    def block(
+        self,
+        layer: int,
+        start: int,
+        weights: torch.Tensor,
+        entropy: torch.Tensor,
+        top: torch.Tensor,
+        mixed: torch.Tensor | None,
+    ) -> None:
+        n_batch, n_heads, n_rows, n_keys = weights.shape
+        if self._seen is None:
+            self._seen = weights.new_zeros(n_batch, n_heads, self.from_pronoun.shape[1])
+        share = self.from_pronoun[:, start : start + n_rows]  # (B, t)
+        where = share.nonzero()  # (n, 2): (row of the batch, query row) of pronoun tokens
+        if where.numel():
+            rows = weights[where[:, 0], :, where[:, 1]]  # (n, H, s)
+            rows = rows * share[where[:, 0], where[:, 1]][:, None, None]
+            self._seen[..., :n_keys].index_add_(0, where[:, 0], rows)
+
+    def layer_done(self, layer: int) -> None:
+        seen, self._seen = self._seen, None
+        if seen is None:
+            return
+        row = coreference.to_word_row(seen, self.geo)
+        hits = coreference.collect(row, self.candidates, self.answer)
+        self.layer_sums.add("coref.hits", hits * self.valid[:, None])
+        self.layer_sums.flush(layer)
+
+
+def gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -> dict[str, int]:
+    skipped: Counter[str] = Counter({k: v for k, v in gap.skipped.items() if v})
+
+    def blocks(batch: Batch) -> GapBlocks:
+        return GapBlocks(lm, batch, gap.examples, sums, skipped)
+
+    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped)
+    return dict(skipped)
+
+
+def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
+    return max(b[0] - a[1], a[0] - b[1], 0)
+
+
+def induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
+    from headlab.models.capture import HeadCapture
+
+    ids, start = induction.sequences(
+        lm.tokenizer, options.induction_sequences, options.induction_length, options.seed
+    )
+    limit = lm.max_positions
+    if limit is not None and ids.shape[1] > limit:
+        raise TooLongError(
+            f"induction sequences of {ids.shape[1]} tokens exceed the model's {limit} positions"
+        )
+    per_batch = max(1, options.batch_tokens // ids.shape[1])
+    for lo in range(0, ids.shape[0], per_batch):
+        chunk = ids[lo : lo + per_batch].to(lm.device)
+        items = list(range(lo, lo + chunk.shape[0]))
+        with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
+            lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
+        sums.add("induction.n", items, torch.ones(len(items)))
+        for layer in range(lm.n_layers):
+            value = induction.collect(cap.pattern(layer), options.induction_length, start)
+            sums.add_layer("induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads)

@@ -180,3 +180,29 @@ def test_a_folder_wins_and_revision_is_refused_for_folders(
 )
 def test_repo_id_shape(name: str, expected: bool) -> None:
     assert looks_like_repo_id(name) is expected
+
+
+def test_the_commands_take_a_cached_name_and_its_revision(
+    hub_cache: tuple[Path, Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from headlab.cli import main
+
+    home, main_folder, v2 = hub_cache
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    sentence = ["The chef prepared the fish.", "--word", "prepared", "--json"]
+
+    def heads(*model: str) -> dict:
+        assert main(["heads", *sentence, "--device", "cpu", *model]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    by_name, by_tag = heads("--model", REPO), heads("--model", REPO, "--revision", "v2")
+    assert by_name["heads"] == heads("--model", str(main_folder))["heads"]
+    assert by_tag["heads"] == heads("--model", str(v2))["heads"]
+    assert main(["heads", *sentence, "--model", "nobody/nothing"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "hf download nobody/nothing" in err

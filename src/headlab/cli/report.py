@@ -25,7 +25,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--model", help="a Hugging Face model folder (default: all-MiniLM-L6-v2)")
     p.add_argument("--out", default="headlab-report", help="output folder (default headlab-report)")
-    p.add_argument("--overwrite", action="store_true", help="replace a folder that is not a report")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace another headlab output folder (a report is replaced without it; "
+        "folders headlab did not write never are)",
+    )
     p.add_argument("--treebank", help="a CoNLL-U file (default: the bundled UD EWT dev sample)")
     p.add_argument("--gap", help="a GAP TSV file (default: the bundled GAP sample)")
     p.add_argument("--no-gap", action="store_true", help="skip the coreference probe")
@@ -73,15 +78,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.pruning}: expected the JSON of headlab prune (with a 'curve')")
     experiment = _read_json(args.experiment, "experiment result") if args.experiment else None
 
-    out_dir = Path(args.out)
-    from headlab.errors import OutputExistsError
-    from headlab.report import MARKER
+    from headlab.outputs import check_output
+    from headlab.report import KIND
 
-    if out_dir.exists() and not args.overwrite and not (out_dir / MARKER).is_file():
-        raise OutputExistsError(
-            f"{out_dir} already exists and is not a headlab report (choose another --out, or "
-            "pass --overwrite to replace it)"
-        )
+    check_output(args.out, overwrite=args.overwrite, kind=KIND, replace_kind=True)
 
     def say(message: str) -> None:
         print(f"headlab report: {message}", file=sys.stderr, flush=True)

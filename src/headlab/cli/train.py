@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--text", required=True, help="a UTF-8 text file (e.g. TinyShakespeare)")
     p.add_argument("--out", required=True, help="output folder (refused if it exists)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--overwrite", action="store_true", help="replace an --out folder headlab wrote")
     p.add_argument("--d-model", type=int, default=128, help="model width (default 128)")
     p.add_argument("--layers", type=int, default=4, help="transformer blocks (default 4)")
     p.add_argument("--heads", type=int, default=4, help="attention heads per block (default 4)")
@@ -38,12 +38,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.errors import InputError, OutputExistsError
-    from headlab.training.language_model import LMRecipe, train_language_model
+    from headlab.errors import InputError
+    from headlab.outputs import check_output
+    from headlab.training.language_model import KIND, LMRecipe, train_language_model
 
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise OutputExistsError(f"{out} already exists (choose another folder, or --overwrite)")
+    out = check_output(args.out, overwrite=args.overwrite, kind=KIND)
     try:
         text = Path(args.text).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -73,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
-    pruning = _read_json(args.pruning, "pruning result") if args.pruning else None
-    if pruning is not None and "curve" not in pruning:
-        raise InputError(f"{args.pruning}: expected the JSON of headlab prune (with a 'curve')")
+    pruning = None
+    if args.pruning:
+        from headlab.pruning.workflow import read_pruning_json
+
+        pruning = read_pruning_json(_read_json(args.pruning, "pruning result"), args.pruning)
     experiment = _read_json(args.experiment, "experiment result") if args.experiment else None
 
     from headlab.outputs import check_output
@@ -93,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     lm = load(args.model)
+    if args.prune and lm.causal:  # before the roles, not after
+        raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
     native_note("headlab report")
     say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
     roles = measure_roles(
@@ -122,33 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure_curve(lm: Any, say: Any) -> dict[str, Any]:
-    from headlab.datasets import read_stsb, sample_path
+    """``headlab prune --curve``'s workflow and JSON, on the bundled STS-B sample."""
     from headlab.errors import InputError
-    from headlab.pruning.metrics import StsbMetric
-    from headlab.pruning.progressive import progressive_prune
+    from headlab.pruning.workflow import PruneOptions, run_pruning
 
     if lm.causal:
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
-    pairs = read_stsb(sample_path("stsb"))
     say("measuring the pruning curve on the bundled STS-B sample")
-    search = progressive_prune(
-        lm,
-        StsbMetric([p for i, p in enumerate(pairs) if i % 3 != 0]),
-        StsbMetric([p for i, p in enumerate(pairs) if i % 3 == 0]),
-        fraction=0.9,
-    )
-    return {
-        "model": lm.name,
-        "metric": search.metric,
-        "unit": search.unit,
-        "importance": "gradient",
-        "curve": [
-            {
-                "heads_removed": p.heads_removed,
-                "fraction": p.fraction,
-                "metric": p.metric,
-                "loss": p.loss,
-            }
-            for p in search.points
-        ],
-    }
+    return run_pruning(lm, PruneOptions()).to_json()

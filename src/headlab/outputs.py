@@ -166,7 +166,8 @@ def tidy(path: str | Path) -> None:
     name = re.escape(path.name)
     ours = re.compile(rf"\.{name}\.(?:old-(\d+)|tmp-(\d+)-[A-Za-z0-9_]+)")
     legacy = re.compile(rf"\.{name}\.[a-z0-9_]{{8}}\.tmp")
-    olds, others = [], []
+    olds: list[Path] = []
+    others: list[Path] = []
     try:
         entries = list(os.scandir(parent))
     except OSError:

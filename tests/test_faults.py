@@ -90,6 +90,16 @@ def test_overwrite_replaces_only_folders_headlab_wrote(tmp_path: Path) -> None:
     with atomic_folder(empty, overwrite=True) as tmp:  # an empty folder holds nothing to lose
         (tmp / "a.txt").write_text("new")
     assert (empty / MARKER).is_file()
+    # outputs of earlier versions, which wrote no marker, are recognised
+    old_pruned = tmp_path / "old-pruned"
+    old_pruned.mkdir()
+    (old_pruned / "pruning.json").write_text("{}")
+    (old_pruned / "config.json").write_text('{"headlab_pruned": {}}')
+    assert output_kind(old_pruned) == "pruned-model"
+    check_output(old_pruned, overwrite=True)
+    (old_pruned / "config.json").write_text("{}")  # a pruning.json alone is not enough
+    with pytest.raises(OutputExistsError, match="not written by headlab"):
+        check_output(old_pruned, overwrite=True)
     # a report replaces a report without --overwrite, but not another kind of output
     with atomic_folder(tmp_path / "r", kind="report") as tmp:
         pass

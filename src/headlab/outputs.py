@@ -11,8 +11,10 @@ the two renames of the fallback (``DIR`` absent, ``.DIR.old-PID`` present), the 
 renames the old copy back to ``DIR``. So ``DIR`` is never lost.
 
 Every folder written here holds a marker file, ``.headlab-output``. ``overwrite`` replaces only
-folders with that marker (or an empty folder): a folder headlab did not write is refused, even
-with ``--overwrite``, so a wrong ``--out`` cannot delete a user's files.
+folders with that marker, an empty folder, or an output of an earlier version (a report with
+``.headlab-report``, a pruned or trained model folder with its ``pruning.json`` or
+``RECIPE.json``): any other folder is refused, even with ``--overwrite``, so a wrong ``--out``
+cannot delete a user's files.
 
 The output location is checked (:func:`check_output`) before any work, and write errors (a
 read-only or full disk) become one-line :class:`~headlab.errors.OutputError` messages.
@@ -77,6 +79,21 @@ def output_kind(path: str | Path) -> str | None:
     for name, kind in LEGACY_MARKERS.items():
         if (path / name).is_file():
             return kind
+    return _legacy_kind(path)
+
+
+def _legacy_kind(path: Path) -> str | None:
+    """Model folders of earlier versions, which wrote no marker: ``headlab prune``'s (a
+    ``pruning.json`` beside a config with ``headlab_pruned``) and ``headlab train``'s."""
+    try:
+        if (path / "pruning.json").is_file():
+            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+            return "pruned-model" if "headlab_pruned" in config else None
+        if (path / "RECIPE.json").is_file():
+            recipe = json.loads((path / "RECIPE.json").read_text(encoding="utf-8"))
+            return "trained-model" if recipe.get("trained_by") == "headlab train" else None
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
     return None
 
 

@@ -7,9 +7,10 @@ model computes with those heads zero-ablated, in less time and memory.
 
 Saving: safetensors, with the per-layer head counts, head width and the original ids of the
 kept heads recorded in ``config.json`` (``headlab_pruned``), so that :func:`headlab.models.load`
-rebuilds the smaller shapes. Where the family's own config can express the result (Llama-family
-models: explicit ``head_dim``, the same counts in every layer) the folder also loads with
-transformers' ``AutoModel``. BERT-style configs tie the head width to ``hidden_size /
+rebuilds the smaller shapes (:mod:`headlab.models.pruned`). Where the family's own config can
+express the result (Llama-family models: explicit ``head_dim``, the same counts in every layer,
+and a head count that divides ``hidden_size``, which transformers 5 checks) the folder also loads
+with transformers' ``AutoModel``. BERT-style configs tie the head width to ``hidden_size /
 num_attention_heads`` and transformers 5 dropped ``pruned_heads``, so those folders load with
 headlab only.
 """

@@ -65,3 +65,7 @@ class DataFormatError(HeadlabError, ValueError):
 
 class OutputExistsError(HeadlabError, FileExistsError):
     """An output path exists and overwriting was not asked for."""
+
+
+class OutputError(HeadlabError, OSError):
+    """An output folder cannot be written (read-only, full, no permission)."""

@@ -134,3 +134,84 @@ def test_cli_on_a_model_pruned_layer_by_layer(
         assert [h["head"] for h in shown if h["layer"] == layer] == list(range(count))
     assert main(["heads", "--model", str(out), "--head", str(max(counts)), "--json"]) == 1
     assert "out of range" in capsys.readouterr().err
+
+
+def _llama_1b_shape(folder: Path) -> Path:
+    """A tiny Llama with Llama-3.2-1B's proportions: 32 heads in 8 KV groups of 4, width 32 D."""
+    FAMILIES.setdefault(
+        "llama-1b-shape",
+        {
+            "model_type": "llama",
+            "hidden_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "intermediate_size": 64,
+            "max_position_embeddings": 128,
+        },
+    )
+    try:
+        return build("llama-1b-shape", folder)
+    finally:
+        del FAMILIES["llama-1b-shape"]
+
+
+def test_gqa_pruning_to_a_count_that_does_not_divide_the_width_saves(tmp_path: Path) -> None:
+    """#25 item 5: 32 -> 28 heads (one KV group per layer); 128 % 28 != 0, so transformers
+    refuses such a config: the folder is saved for headlab, and equals the masked model."""
+    from transformers import AutoModel
+
+    lm = load(_llama_1b_shape(tmp_path / "src"))
+    batch = encode(lm, TEXTS)
+    remove = {0: [0, 1, 2, 3], 1: [12, 13, 14, 15]}
+    with HeadCapture(lm, ablate=remove, record_queries_keys=False, record_head_outputs=False):
+        masked = _hidden(lm, batch)
+    small = prune_model(lm, remove)
+    assert small.model.config.headlab_pruned["native"] is False
+    out = save_pruned(small, tmp_path / "out")
+    again = load(out)
+    assert list(again.layout.heads_per_layer) == [28, 28]
+    real = batch["attention_mask"].bool()
+    assert (_hidden(again, batch) - masked).abs()[real].max() < 1e-5
+    # half the groups: 16 heads divide 128, so the folder loads in transformers too
+    lm = load(tmp_path / "src")
+    remove = {layer: list(range(16)) for layer in range(2)}
+    with HeadCapture(lm, ablate=remove, record_queries_keys=False, record_head_outputs=False):
+        masked = _hidden(lm, batch)
+    small = prune_model(lm, remove)
+    assert small.model.config.headlab_pruned["native"] is True
+    out = save_pruned(small, tmp_path / "half")
+    plain = AutoModel.from_pretrained(str(out), local_files_only=True).eval()
+    assert plain.config.num_attention_heads == 16 and plain.config.head_dim == 4
+    with torch.no_grad():
+        ref = plain(**batch).last_hidden_state
+    assert (ref - masked).abs()[real].max() < 1e-5
+    assert (_hidden(load(out), batch) - masked).abs()[real].max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("heads", "message"),
+    [
+        ([3], "must list a positive count for each of the 2 layers"),
+        ([2, 4], "disagree with the weights"),
+        ([0, 4], "must list a positive count"),
+        ([5, 4], "expected at most 4 heads"),
+    ],
+)
+def test_a_pruned_folder_whose_counts_disagree_with_its_weights(
+    tmp_path: Path, heads: list[int], message: str
+) -> None:
+    """#25 item 6: a one-line ModelLoadError, not an IndexError."""
+    import json
+
+    from headlab.errors import ModelLoadError
+
+    out = save_pruned(prune_model(load(build("bert", tmp_path / "src")), {0: [1]}), tmp_path / "o")
+    config = json.loads((out / "config.json").read_text())
+    config["headlab_pruned"]["heads_per_layer"] = heads
+    config["headlab_pruned"]["kv_heads_per_layer"] = heads
+    config["headlab_heads_per_layer"] = config["headlab_kv_heads_per_layer"] = None
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=message) as info:
+        load(out)
+    assert "\n" not in str(info.value)

@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fraction", type=number(), help="share of heads to remove, in (0, 1)")
     p.add_argument("--curve", action="store_true", help="only the pruning curve, no model")
     p.add_argument("--out", help="folder for the pruned model (refused if it exists)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--overwrite", action="store_true", help="replace an --out folder headlab wrote")
     p.add_argument(
         "--metric",
         choices=("stsb", "fidelity", "perplexity"),
@@ -90,175 +90,60 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _metrics(args: argparse.Namespace, lm: Any) -> tuple[Any, Any, dict[str, Any]]:
-    from headlab.datasets import read_stsb, sample_path
-    from headlab.errors import InputError
-    from headlab.pruning.metrics import FidelityMetric, PerplexityMetric, StsbMetric
+def options_from(args: argparse.Namespace) -> Any:
+    """The library's :class:`~headlab.pruning.workflow.PruneOptions` for parsed arguments."""
+    from headlab.pruning.workflow import PruneOptions
 
-    metric = args.metric or ("perplexity" if lm.causal else "stsb")
-    if metric == "perplexity":
-        if not args.text:
-            raise InputError("--metric perplexity needs --text FILE (held-out text)")
-        try:
-            text = Path(args.text).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read --text {args.text}: {exc}") from None
-        half = len(text) // 2
-        evaluation = PerplexityMetric.from_text(lm, text[half:])
-        importance = PerplexityMetric.from_text(lm, text[:half])
-        return evaluation, importance, {"input_ids": evaluation.windows[:8].to(lm.device)}
-    if lm.causal:
-        raise InputError(f"--metric {metric} needs an encoder; {lm.name} is a causal model")
-    pairs = read_stsb(args.stsb or sample_path("stsb"), limit=args.limit)
-    if args.importance_stsb:
-        imp_pairs = read_stsb(args.importance_stsb, limit=args.limit)
-        eval_pairs = pairs
-    else:
-        imp_pairs = [p for i, p in enumerate(pairs) if i % 3 == 0]
-        eval_pairs = [p for i, p in enumerate(pairs) if i % 3 != 0]
-    from headlab.models import encode
+    def path(value: str | None) -> Path | None:
+        return None if value is None else Path(value)
 
-    if args.importance_pairs is not None:
-        if args.importance_pairs < 2:
-            raise InputError(f"--importance-pairs must be at least 2, got {args.importance_pairs}")
-        stride = max(1, len(imp_pairs) // args.importance_pairs)
-        imp_pairs = imp_pairs[::stride][: args.importance_pairs]
-    probe = encode(lm, [p.first for p in eval_pairs[:64]])
-    if metric == "stsb":
-        return StsbMetric(eval_pairs), StsbMetric(imp_pairs), probe
-    eval_texts = [p.first for p in eval_pairs] + [p.second for p in eval_pairs]
-    imp_texts = [p.first for p in imp_pairs] + [p.second for p in imp_pairs]
-    return (
-        FidelityMetric.build(lm, eval_texts),
-        FidelityMetric.build(lm, imp_texts),
-        probe,
+    return PruneOptions(
+        fraction=args.fraction,
+        out=path(args.out),
+        overwrite=args.overwrite,
+        metric=args.metric,
+        importance=args.importance,
+        step=args.step,
+        max_loss=args.max_loss,
+        uniform=args.uniform,
+        transformers_compatible=args.transformers_compatible,
+        stsb=path(args.stsb),
+        importance_stsb=path(args.importance_stsb),
+        importance_pairs=args.importance_pairs,
+        text=path(args.text),
+        limit=args.limit,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.errors import InputError, OutputExistsError
+    from headlab.errors import InputError
+    from headlab.pruning.workflow import run_pruning
 
     if args.curve == (args.fraction is not None):
         raise InputError("give either --fraction F (prune and save) or --curve (measure only)")
-    if args.fraction is not None and not 0.0 < args.fraction < 1.0:
-        raise InputError(f"--fraction must be in (0, 1), got {args.fraction}")
-    if args.fraction is not None and not args.out:
-        raise InputError("--fraction needs --out DIR for the pruned model")
-    if args.out and Path(args.out).exists() and not args.overwrite:
-        raise OutputExistsError(
-            f"{args.out} already exists (choose another folder, or pass --overwrite)"
-        )
+    options = options_from(args)
+    options.check()  # options and the output folder, before the model loads
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    from headlab.pruning import head_ids, prune_model, save_pruned
-    from headlab.pruning.cost import count_parameters, folder_bytes, forward_flops, forward_ms
-    from headlab.pruning.progressive import progressive_prune
+    lm = load_model(args, with_lm_head=options.needs_lm_head)
 
-    with_head = (args.metric or "") == "perplexity" or bool(args.text)
-    lm = load_model(args, with_lm_head=with_head)
-    if (
-        args.transformers_compatible
-        and lm.adapter.native_config(lm.model.config.to_dict(), [1], [1], lm.head_dim) is None
-    ):
-        from headlab.errors import PruningError
-
-        model_type = lm.model.config.model_type
-        raise PruningError(
-            f"a pruned {model_type} model cannot load in transformers: its config ties the "
-            "head width to hidden_size / num_attention_heads (no head_dim) and transformers 5 "
-            "dropped pruned_heads; drop --transformers-compatible and load it with "
-            "headlab.models.load (Llama, Mistral, Qwen2 and Qwen3 models, not Phi-3, with "
-            "--uniform load in both)"
-        )
-    if args.out and lm.path.resolve() == Path(args.out).resolve():
-        raise OutputExistsError("--out must differ from the model folder")
-    evaluation, importance, probe = _metrics(args, lm)
+    metric = options.metric or ("perplexity" if lm.causal else "stsb")
 
     def progress(point: Any) -> None:
         print(
-            f"step {point.step}: {point.heads_removed} heads removed, "
-            f"{evaluation.name} {point.metric:.2f}",
+            f"step {point.step}: {point.heads_removed} heads removed, {metric} {point.metric:.2f}",
             file=sys.stderr,
         )
 
-    search = progressive_prune(
-        lm,
-        evaluation,
-        importance,
-        fraction=0.9 if args.curve else args.fraction,
-        step=args.step,
-        max_loss=args.max_loss,
-        method=args.importance,
-        uniform=args.uniform or args.transformers_compatible,
-        on_step=progress,
-    )
-    curve = [
-        {
-            "step": p.step,
-            "heads_removed": p.heads_removed,
-            "fraction": round(p.fraction, 4),
-            "metric": round(p.metric, 4),
-            "loss": round(p.loss, 4),
-        }
-        for p in search.points
-    ]
-    result: dict[str, Any] = {
-        "model": lm.name,
-        "metric": search.metric,
-        "unit": search.unit,
-        "importance": args.importance,
-        "units": search.unit_kind,
-        "heads_before": search.total_heads,
-        "curve": curve,
-    }
-    if args.curve:
-        return _print(args, result, search)
-    inputs = probe
-    n_tokens = int(inputs["input_ids"].shape[1])
-    params_before = count_parameters(lm.model)
-    flops_before = forward_flops(lm, n_tokens)
-    time_before = forward_ms(lm, inputs)
-    original_ids = head_ids(lm)
-    removed = search.chosen.removed
-    small = prune_model(lm, removed)
-    time_after = forward_ms(small, inputs)
-    metric_after = evaluation.evaluate(small)
-    result.update(
-        {
-            "heads_after": sum(small.layout.heads_per_layer),
-            "heads_per_layer": list(small.layout.heads_per_layer),
-            "removed": {
-                str(layer): [original_ids[layer][h] for h in heads]
-                for layer, heads in removed.items()
-            },
-            "params_before": params_before,
-            "params_after": count_parameters(small.model),
-            "metric_before": round(search.points[0].metric, 4),
-            "metric_masked": round(search.chosen.metric, 4),
-            "metric_after": round(metric_after, 4),
-            "time_before_ms": round(time_before, 3),
-            "time_after_ms": round(time_after, 3),
-            "timed_batch": [int(inputs["input_ids"].shape[0]), n_tokens],
-            "flops_removed_share": round(1 - forward_flops(small, n_tokens) / flops_before, 4),
-            "stopped_by_max_loss": search.stopped_by_max_loss,
-        }
-    )
-    out = Path(args.out)
-    result["loads_with"] = (
-        ["headlab", "transformers"]
-        if getattr(small.model.config, "headlab_pruned", {}).get("native")
-        else ["headlab"]
-    )
-    save_pruned(small, out, overwrite=args.overwrite, info=result)
-    result["out"] = str(out)
-    result["bytes_before"] = folder_bytes(lm.path)
-    result["bytes_after"] = folder_bytes(out)
-    return _print(args, result, search)
+    result = run_pruning(lm, options, on_step=progress)
+    for note in result.notes:
+        print(f"headlab prune: {note}", file=sys.stderr)
+    return _print(args, result.to_json())
 
 
-def _print(args: argparse.Namespace, result: dict[str, Any], search: Any) -> int:
+def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
     if args.json:
         emit_json(result)
         return 0

@@ -37,7 +37,12 @@ def add_parser(sub: Any) -> None:
         default="headlab-report",
         help="output folder (default headlab-report)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace a folder that is not a report")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace another headlab output folder (a report is replaced without it; "
+        "folders headlab did not write never are)",
+    )
     p.add_argument(
         "--treebank",
         type=text("a file"),
@@ -102,37 +107,6 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
     return data
 
 
-def check_pruning(data: dict[str, Any], path: str) -> None:
-    """The fields of ``headlab prune --json/--curve`` that the report reads, with their types:
-    strings ``model``, ``metric``, ``unit``, ``importance``, and a non-empty ``curve`` of
-    objects with numbers ``fraction``, ``metric`` and ``loss`` and an integer
-    ``heads_removed``."""
-    from headlab.errors import InputError
-
-    def fail(what: str, value: Any) -> InputError:
-        shown = json.dumps(value)[:60]
-        return InputError(f"{path}: expected the JSON of headlab prune, with {what}; got {shown}")
-
-    if "curve" not in data:
-        raise fail("a 'curve'", sorted(data)[:8])
-    for key in ("model", "metric", "unit", "importance"):
-        if not isinstance(data.get(key), str):
-            raise fail(f"a string '{key}'", data.get(key))
-    curve = data["curve"]
-    if not isinstance(curve, list) or not curve:
-        raise fail("a non-empty list 'curve'", curve)
-    for point in curve:
-        if not isinstance(point, dict):
-            raise fail("objects in 'curve'", point)
-        for key in ("fraction", "metric", "loss"):
-            value = point.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise fail(f"a number '{key}' in every curve point", point)
-        removed = point.get("heads_removed")
-        if isinstance(removed, bool) or not isinstance(removed, int):
-            raise fail("an integer 'heads_removed' in every curve point", point)
-
-
 def run(args: argparse.Namespace) -> int:
     from headlab.datasets import read_conllu, read_frequencies, read_gap, sample_path
     from headlab.errors import InputError
@@ -141,23 +115,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
-    pruning = _read_json(args.pruning, "pruning result") if args.pruning else None
-    if pruning is not None:
-        check_pruning(pruning, args.pruning)
+    pruning = None
+    if args.pruning:
+        from headlab.pruning.workflow import read_pruning_json
+
+        pruning = read_pruning_json(_read_json(args.pruning, "pruning result"), args.pruning)
     experiment = _read_json(args.experiment, "experiment result") if args.experiment else None
     if experiment is not None and not isinstance(experiment.get("summary", []), list):
         raise InputError(f"{args.experiment}: expected the JSON of headlab experiment")
     _check_focus_word(args.word)
 
-    out_dir = Path(args.out)
-    from headlab.errors import OutputExistsError
-    from headlab.report import MARKER
+    from headlab.outputs import check_output
+    from headlab.report import KIND
 
-    if out_dir.exists() and not args.overwrite and not (out_dir / MARKER).is_file():
-        raise OutputExistsError(
-            f"{out_dir} already exists and is not a headlab report (choose another --out, or "
-            "pass --overwrite to replace it)"
-        )
+    check_output(args.out, overwrite=args.overwrite, kind=KIND, replace_kind=True)
 
     def say(message: str) -> None:
         print(f"headlab report: {message}", file=sys.stderr, flush=True)
@@ -169,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     lm = load_model(args)
+    if args.prune and lm.causal:  # before the roles, not after
+        raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
     native_note("headlab report")
     say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
     roles = measure_roles(
@@ -207,33 +180,11 @@ def _check_focus_word(word: str) -> None:
 
 
 def _measure_curve(lm: Any, say: Any) -> dict[str, Any]:
-    from headlab.datasets import read_stsb, sample_path
+    """``headlab prune --curve``'s workflow and JSON, on the bundled STS-B sample."""
     from headlab.errors import InputError
-    from headlab.pruning.metrics import StsbMetric
-    from headlab.pruning.progressive import progressive_prune
+    from headlab.pruning.workflow import PruneOptions, run_pruning
 
     if lm.causal:
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
-    pairs = read_stsb(sample_path("stsb"))
     say("measuring the pruning curve on the bundled STS-B sample")
-    search = progressive_prune(
-        lm,
-        StsbMetric([p for i, p in enumerate(pairs) if i % 3 != 0]),
-        StsbMetric([p for i, p in enumerate(pairs) if i % 3 == 0]),
-        fraction=0.9,
-    )
-    return {
-        "model": lm.name,
-        "metric": search.metric,
-        "unit": search.unit,
-        "importance": "gradient",
-        "curve": [
-            {
-                "heads_removed": p.heads_removed,
-                "fraction": p.fraction,
-                "metric": p.metric,
-                "loss": p.loss,
-            }
-            for p in search.points
-        ],
-    }
+    return run_pruning(lm, PruneOptions()).to_json()

@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--out", required=True, type=text("a folder"), help="output folder (refused if it exists)"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--overwrite", action="store_true", help="replace an --out folder headlab wrote")
     p.add_argument(
         "--d-model", type=integer(1, 4096), default=128, help="model width (default 128)"
     )
@@ -64,12 +64,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.errors import InputError, OutputExistsError
-    from headlab.training.language_model import LMRecipe, train_language_model
+    from headlab.errors import InputError
+    from headlab.outputs import check_output
+    from headlab.training.language_model import KIND, LMRecipe, train_language_model
 
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise OutputExistsError(f"{out} already exists (choose another folder, or --overwrite)")
+    out = check_output(args.out, overwrite=args.overwrite, kind=KIND)
     try:
         text = Path(args.text).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -19,6 +19,7 @@ from headlab.errors import ConfigError, ModelLoadError
 from headlab.models import hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.interface import ATTN_IMPLEMENTATION, register
+from headlab.models.pruned import PRUNED_KEY
 from headlab.spec.layout import AttentionLayout, layout_from_config, read_config
 
 logger = logging.getLogger(__name__)
@@ -275,13 +276,13 @@ def load(
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
     model: Any
-    pruned = config_dict.get("headlab_pruned")
+    pruned = config_dict.get(PRUNED_KEY)
     try:
         if pruned and not pruned.get("native"):
             # a config the family cannot express: build the full shapes, shrink, then load
             from transformers import AutoConfig
 
-            from headlab.pruning.physical import load_pruned_weights
+            from headlab.models.pruned import load_pruned_weights
 
             config = AutoConfig.from_pretrained(str(folder), **common)
             model = auto.from_config(config, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)

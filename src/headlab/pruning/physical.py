@@ -7,9 +7,10 @@ model computes with those heads zero-ablated, in less time and memory.
 
 Saving: safetensors, with the per-layer head counts, head width and the original ids of the
 kept heads recorded in ``config.json`` (``headlab_pruned``), so that :func:`headlab.models.load`
-rebuilds the smaller shapes. Where the family's own config can express the result (Llama-family
-models: explicit ``head_dim``, the same counts in every layer) the folder also loads with
-transformers' ``AutoModel``. BERT-style configs tie the head width to ``hidden_size /
+rebuilds the smaller shapes (:mod:`headlab.models.pruned`). Where the family's own config can
+express the result (Llama-family models: explicit ``head_dim``, the same counts in every layer,
+and a head count that divides ``hidden_size``, which transformers 5 checks) the folder also loads
+with transformers' ``AutoModel``. BERT-style configs tie the head width to ``hidden_size /
 num_attention_heads`` and transformers 5 dropped ``pruned_heads``, so those folders load with
 headlab only.
 """
@@ -24,9 +25,11 @@ from typing import Any
 from headlab.attention.surgery import plan_removal
 from headlab.errors import InputError, PruningError
 from headlab.models.loading import LoadedModel, wrap
-from headlab.outputs import atomic_folder
+from headlab.models.pruned import PRUNED_KEY
+from headlab.outputs import atomic_folder, write_error
 
-PRUNED_KEY = "headlab_pruned"
+#: the kind of output recorded in the folder's ``.headlab-output`` marker
+KIND = "pruned-model"
 
 
 def head_ids(lm: LoadedModel) -> list[list[int]]:
@@ -103,59 +106,23 @@ def _record(
 def save_pruned(
     lm: LoadedModel, out: str | Path, *, overwrite: bool = False, info: dict[str, Any] | None = None
 ) -> Path:
-    """Save model, tokenizer and ``pruning.json`` (``info``) to ``out``, atomically."""
+    """Save model, tokenizer and ``pruning.json`` (``info``) to ``out``, atomically.
+
+    ``overwrite`` replaces only a folder headlab wrote (see :mod:`headlab.outputs`).
+
+    Raises:
+        OutputExistsError: ``out`` exists and may not be replaced.
+        OutputError: the folder cannot be written (read-only, full disk), in one line.
+    """
+    from safetensors import SafetensorError
+
     out = Path(out)
-    with atomic_folder(out, overwrite=overwrite) as tmp:
-        lm.model.save_pretrained(tmp, safe_serialization=True)
-        lm.tokenizer.save_pretrained(tmp)
-        if info is not None:
-            (tmp / "pruning.json").write_text(json.dumps(info, indent=2) + "\n")
+    with atomic_folder(out, overwrite=overwrite, kind=KIND) as tmp:
+        try:
+            lm.model.save_pretrained(tmp, safe_serialization=True)
+            lm.tokenizer.save_pretrained(tmp)
+            if info is not None:
+                (tmp / "pruning.json").write_text(json.dumps(info, indent=2) + "\n")
+        except (OSError, SafetensorError) as exc:
+            raise write_error(out, exc) from None
     return out
-
-
-def load_pruned_weights(model: Any, folder: Path, adapter: Any, config: dict[str, Any]) -> None:
-    """Shrink a freshly built (unpruned-shape) ``model`` to the saved layout and load weights."""
-    from safetensors.torch import load_file
-
-    from headlab.errors import ModelLoadError
-
-    info = config[PRUNED_KEY]
-    base = getattr(model, "base_model", model)
-    layers = adapter.layers(base)
-    for layer in range(len(layers)):
-        n_heads, n_kv = info["heads_per_layer"][layer], info["kv_heads_per_layer"][layer]
-        full_heads, full_kv = _current_counts(model.config, layer, len(layers))
-        group = full_heads // full_kv
-        per_group = n_heads // n_kv
-        keep = [g * group + i for g in range(n_kv) for i in range(per_group)]
-        if (n_heads, n_kv) != (full_heads, full_kv):
-            adapter.prune_layer(base, layer, keep, list(range(n_kv)), info["head_dim"])
-    state: dict[str, Any] = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        state.update(load_file(str(file)))
-    target = model
-    own = set(model.state_dict())
-    if not set(state) & own:
-        prefix = f"{getattr(model, 'base_model_prefix', '')}."
-        if all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix) :]: v for k, v in state.items()}
-        target = base
-    missing, unexpected = target.load_state_dict(state, strict=False)
-    tied = {k for k in missing if k.endswith("lm_head.weight")}
-    if unexpected or set(missing) - tied:
-        raise ModelLoadError(
-            f"{folder}: the saved weights do not fit the pruned layout "
-            f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})"
-        )
-    if tied and hasattr(model, "tie_weights"):
-        model.tie_weights()
-
-
-def _current_counts(config: Any, layer: int, n_layers: int) -> tuple[int, int]:
-    from headlab.spec.layout import layout_from_config
-
-    cfg = config.to_dict()
-    cfg.pop("headlab_heads_per_layer", None)
-    cfg.pop("headlab_kv_heads_per_layer", None)
-    layout = layout_from_config(cfg)
-    return layout.heads_per_layer[layer], layout.kv_heads_per_layer[layer]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.models.loading import LoadedModel
-from headlab.outputs import atomic_folder
+from headlab.outputs import atomic_folder, check_output
 from headlab.report import figures
 from headlab.report.data import gather
 from headlab.report.html import render
@@ -22,7 +22,10 @@ from headlab.roles.measure import RoleReport
 logger = logging.getLogger(__name__)
 
 DEFAULT_FOLDER = "headlab-report"
+#: the marker file of reports written by earlier versions (still written, for them)
 MARKER = ".headlab-report"
+#: the kind of output recorded in the folder's ``.headlab-output`` marker
+KIND = "report"
 
 
 def write_report(
@@ -39,17 +42,17 @@ def write_report(
 ) -> Path:
     """Write the report folder ``out`` (index.html and figures/) atomically.
 
-    An existing folder is replaced only if it is a headlab report (it holds the marker file
-    ``.headlab-report``) or ``overwrite`` is true.
+    An existing headlab report is replaced; another folder headlab wrote only with
+    ``overwrite``; any other folder never (see :mod:`headlab.outputs`).
     """
     out = Path(out)
-    replace = overwrite or (out / MARKER).is_file()
+    check_output(out, overwrite=overwrite, kind=KIND, replace_kind=True)
     say = progress or (lambda message: None)
     say("collecting attention patterns for the viewer")
     data = gather(
         lm, roles, sentences, focus_word=focus_word, pruning=pruning, experiment=experiment
     )
-    with atomic_folder(out, overwrite=replace) as tmp:
+    with atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp:
         say("drawing figures")
         fig_dir = tmp / "figures"
         fig_dir.mkdir()

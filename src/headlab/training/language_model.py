@@ -8,11 +8,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
+
 from headlab.errors import InputError
-from headlab.outputs import atomic_folder
+from headlab.outputs import atomic_folder, check_output, write_error
 from headlab.training.model import ModelConfig, TinyTransformer, save_checkpoint, to_gpt2
 from headlab.training.tasks import lm_loss, perplexity, prepare_text
 from headlab.training.trainer import TrainConfig, seed_everything, train
+
+#: the kind of output recorded in the folder's ``.headlab-output`` marker
+KIND = "trained-model"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +75,7 @@ def train_language_model(
     headlab's own checkpoint in ``out/headlab/``, and ``RECIPE.json``."""
     if len(text) < 10_000:
         raise InputError(f"the training text has {len(text)} characters; give at least 10,000")
+    check_output(out, overwrite=overwrite, kind=KIND)  # before the training, not after
     tok, ids, held = prepare_text(text, recipe.vocab_size)
     shortest = min(ids.numel(), held.numel())
     if shortest <= recipe.context + 1:
@@ -107,9 +113,13 @@ def train_language_model(
         "held_out_perplexity": ppl,
         "trained_by": "headlab train",
     }
-    with atomic_folder(out, overwrite=overwrite) as tmp:
-        to_gpt2(model, special_id=tok.eos_token_id).save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        save_checkpoint(model, tmp / "headlab", info)
-        (tmp / "RECIPE.json").write_text(json.dumps(info, indent=2) + "\n")
+    with atomic_folder(out, overwrite=overwrite, kind=KIND) as tmp:
+        try:
+            gpt2 = to_gpt2(model, special_id=tok.eos_token_id)
+            gpt2.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+            save_checkpoint(model, tmp / "headlab", info)
+            (tmp / "RECIPE.json").write_text(json.dumps(info, indent=2) + "\n")
+        except SafetensorError as exc:
+            raise write_error(out, exc) from None
     return info

@@ -58,6 +58,11 @@ class LlamaAdapter(Adapter):
         # headlab only. One head count for every layer.
         if len(set(heads)) != 1 or len(set(kv_heads)) != 1 or config.get("model_type") == "phi3":
             return None
+        # transformers 5 validates hidden_size % num_attention_heads == 0 even with an explicit
+        # head_dim (Llama-3.2-1B: 2048 wide, 28 heads after one KV group per layer)
+        hidden = config.get("hidden_size")
+        if not isinstance(hidden, int) or hidden % heads[0]:
+            return None
         return {
             "num_attention_heads": heads[0],
             "num_key_value_heads": kv_heads[0],

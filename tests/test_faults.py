@@ -1,0 +1,311 @@
+"""Output folders under faults: kill -9 at random points, leftovers, foreign folders, bad disks.
+
+The kill test runs ``headlab prune`` and ``headlab report`` in forked children of one helper
+process (so torch is imported once), kills each with SIGKILL at a random point of its write, and
+checks that the output folder is the old one or the new one, whole, and that the next run leaves
+no hidden leftovers. The write's renames are slowed a little so that kills land between them.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headlab.errors import OutputError, OutputExistsError
+from headlab.outputs import MARKER, atomic_folder, check_output, output_kind, tidy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _hidden(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_leftovers_of_dead_runs_are_removed_and_a_lost_folder_comes_back(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with atomic_folder(out) as tmp:
+        (tmp / "a.txt").write_text("old")
+    dead = _dead_pid()
+    # a run killed between the two renames of a replacement: out absent, old copy aside
+    os.rename(out, tmp_path / f".out.old-{dead}")
+    (tmp_path / f".out.tmp-{dead}-abcd1234").mkdir()
+    (tmp_path / f".out.tmp-{dead}-abcd1234" / "a.txt").write_text("half")
+    check_output(out, overwrite=True)
+    assert (out / "a.txt").read_text() == "old" and output_kind(out) == "output"
+    assert _hidden(tmp_path) == []
+    # leftovers of a live process are not touched; an earlier version's old ones are
+    (tmp_path / f".out.tmp-{os.getppid()}-live0001").mkdir()
+    legacy = tmp_path / ".out.k2j4h5g6.tmp"
+    legacy.mkdir()
+    os.utime(legacy, (0, 0))
+    (tmp_path / f".other.old-{dead}").mkdir()  # another folder's: not ours to judge
+    tidy(out)
+    assert _hidden(tmp_path) == [f".other.old-{dead}", f".out.tmp-{os.getppid()}-live0001"]
+
+
+@pytest.mark.parametrize("exchange", ["1", "0"])
+def test_replacement_with_and_without_rename_exchange(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: str
+) -> None:
+    monkeypatch.setenv("HEADLAB_RENAME_EXCHANGE", exchange)
+    out = tmp_path / "out"
+    for text in ("first", "second"):
+        with atomic_folder(out, overwrite=True, kind="test") as tmp:
+            (tmp / "a.txt").write_text(text)
+        assert (out / "a.txt").read_text() == text and output_kind(out) == "test"
+    assert _hidden(tmp_path) == []
+
+
+def test_overwrite_replaces_only_folders_headlab_wrote(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("keep me")
+    for overwrite in (False, True):
+        with pytest.raises(OutputExistsError, match="not written by headlab") as info:
+            check_output(mine, overwrite=overwrite)
+        assert "\n" not in str(info.value)
+    assert (mine / "thesis.tex").read_text() == "keep me"
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(OutputExistsError, match="is not a folder"):
+        check_output(a_file, overwrite=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(OutputExistsError, match="pass --overwrite"):
+        check_output(empty)
+    with atomic_folder(empty, overwrite=True) as tmp:  # an empty folder holds nothing to lose
+        (tmp / "a.txt").write_text("new")
+    assert (empty / MARKER).is_file()
+    # outputs of earlier versions, which wrote no marker, are recognised
+    old_pruned = tmp_path / "old-pruned"
+    old_pruned.mkdir()
+    (old_pruned / "pruning.json").write_text("{}")
+    (old_pruned / "config.json").write_text('{"headlab_pruned": {}}')
+    assert output_kind(old_pruned) == "pruned-model"
+    check_output(old_pruned, overwrite=True)
+    (old_pruned / "config.json").write_text("{}")  # a pruning.json alone is not enough
+    with pytest.raises(OutputExistsError, match="not written by headlab"):
+        check_output(old_pruned, overwrite=True)
+    # a report replaces a report without --overwrite, but not another kind of output
+    with atomic_folder(tmp_path / "r", kind="report") as tmp:
+        pass
+    check_output(tmp_path / "r", kind="report", replace_kind=True)
+    with pytest.raises(OutputExistsError, match="pass --overwrite"):
+        check_output(empty, kind="report", replace_kind=True)
+
+
+def test_unwritable_locations_and_write_errors_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="is not a folder"):
+        check_output(tmp_path / "file" / "out")
+    import tempfile
+
+    def read_only(*args: Any, **kwargs: Any) -> str:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path))
+
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "mkdtemp", read_only)
+        with pytest.raises(OutputError, match="Read-only file system"):
+            check_output(tmp_path / "out")
+    with (
+        pytest.raises(OutputError, match="No space left on device") as info,
+        atomic_folder(tmp_path / "out") as tmp,
+    ):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp / "model.safetensors"))
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_save_errors_after_pruning_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors import SafetensorError
+    from tests.models.tiny import build
+
+    from headlab.models import load
+    from headlab.pruning import prune_model, save_pruned
+
+    small = prune_model(load(build("bert", tmp_path / "src")), {0: [0]})
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise SafetensorError("Error while serializing: IoError(No space left on device)")
+
+    monkeypatch.setattr(small.model, "save_pretrained", full)
+    with pytest.raises(OutputError, match=r"cannot write .*No space left") as info:
+        save_pruned(small, tmp_path / "out")
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+# --- SIGKILL at random points ------------------------------------------------------------------
+
+
+def _snapshot(out: Path) -> dict[str, Any]:
+    files = (
+        {str(p.relative_to(out)): p.stat().st_size for p in out.rglob("*") if p.is_file()}
+        if out.is_dir()
+        else None
+    )
+    return {"files": files, "hidden": _hidden(out.parent)}
+
+
+def _child(run: dict[str, Any], signal_fd: int) -> None:
+    """A forked child: slow the renames a little, tell the parent when the write starts, run."""
+    import shutil
+    import time
+
+    import headlab.outputs
+    from headlab.cli import main
+
+    code = 99
+    try:
+        os.environ["HEADLAB_RENAME_EXCHANGE"] = "1" if run["exchange"] else "0"
+        real_chmod = os.chmod
+
+        def chmod(path: Any, mode: int, *args: Any, **kwargs: Any) -> None:
+            if ".tmp-" in os.fspath(path):  # atomic_folder made its temporary folder
+                os.write(signal_fd, b"w")
+            real_chmod(path, mode, *args, **kwargs)
+
+        def slow(function: Any) -> Any:
+            def slowed(*args: Any, **kwargs: Any) -> Any:
+                time.sleep(0.04)
+                return function(*args, **kwargs)
+
+            return slowed
+
+        os.chmod = chmod  # type: ignore[assignment]
+        os.replace = slow(os.replace)  # type: ignore[assignment]
+        os.rename = slow(os.rename)  # type: ignore[assignment]
+        shutil.rmtree = slow(shutil.rmtree)  # type: ignore[assignment]
+        headlab.outputs._exchange = slow(headlab.outputs._exchange)  # type: ignore[method-assign]
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        code = main(run["argv"])
+    finally:
+        os._exit(code)
+
+
+def _drive(config_json: str) -> None:
+    """The helper process: fork one child per run, kill it, print a JSON line per run."""
+    import select
+    import signal
+    import time
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import headlab.cli.prune
+    import headlab.cli.report
+    import headlab.pruning.workflow
+    import headlab.report  # noqa: F401
+
+    config = json.loads(config_json)
+    window: dict[str, float] = {}  # seconds from the start of a write to the end of a run
+    for run in config["runs"]:
+        out = Path(run["out"])
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            _child(run, write_fd)
+        os.close(write_fd)
+        ready, _, _ = select.select([read_fd], [], [], 300)
+        started = time.monotonic()
+        if ready and os.read(read_fd, 1) and run["kill"] is not None:
+            time.sleep(random.Random(run["kill"]).uniform(0.0, 0.7) * window.get(run["out"], 0.5))
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        if run["kill"] is None:
+            window[run["out"]] = time.monotonic() - started
+        os.close(read_fd)
+        raw = _snapshot(out)
+        tidy(out)  # what the next run does first
+        code = os.waitstatus_to_exitcode(status)
+        line = {"run": run, "code": code, "raw": raw, "tidied": _snapshot(out)}
+        print(json.dumps(line), flush=True)
+
+
+def _whole(snapshot: dict[str, Any], reference: dict[str, int]) -> bool:
+    files = snapshot["files"]
+    return files is not None and set(files) == set(reference) and all(files.values())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill test forks children")
+def test_sigkill_during_prune_and_report_never_loses_the_folder(tmp_path: Path) -> None:
+    from tests.models.tiny import build
+
+    from headlab.datasets import sample_path
+
+    model = build("bert", tmp_path / "bert")
+    stsb = tmp_path / "stsb.tsv"
+    stsb.write_text("".join(sample_path("stsb").read_text().splitlines(keepends=True)[:24]))
+    commands = {
+        "prune": [
+            *("prune", "--model", str(model), "--stsb", str(stsb), "--fraction", "0.25"),
+            *("--step", "0.25", "--overwrite", "--out"),
+        ],
+        "report": [
+            *("report", "--model", str(model), "--limit", "2", "--replicates", "0"),
+            *("--no-gap", "--out"),
+        ],
+    }
+    runs = []
+    for name, argv in commands.items():
+        out = tmp_path / "outs" / name
+        full = {"argv": [*argv, str(out)], "out": str(out), "kill": None, "exchange": True}
+        runs.append(full)  # the old folder
+        for seed, exchange in ((1, True), (2, True), (3, False)):
+            runs.append({**full, "kill": 1000 * len(runs) + seed, "exchange": exchange})
+        runs.append({**full, "exchange": False})  # the next run, to the end
+    code = "import sys; from tests.test_faults import _drive; _drive(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps({"runs": runs})],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == len(runs)
+    if os.environ.get("HEADLAB_FAULTS_LOG"):
+        Path(os.environ["HEADLAB_FAULTS_LOG"]).write_text(done.stdout)
+    kills = 0
+    reference: dict[str, int] = {}
+    for line in lines:
+        run = line["run"]
+        if run["kill"] is None:  # a complete run: exit 0, whole, nothing hidden left
+            assert line["code"] == 0, run
+            reference = line["raw"]["files"]
+            assert reference and MARKER in reference and line["raw"]["hidden"] == []
+            continue
+        kills += line["code"] == -9
+        # old or new, whole: at once with the name exchange, after the next run's tidy without
+        seen = line["raw"] if run["exchange"] else line["tidied"]
+        assert _whole(seen, reference), line
+        assert line["tidied"]["hidden"] == [], line
+    assert kills >= 4, "most kills should land inside the write"

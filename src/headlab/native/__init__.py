@@ -13,16 +13,23 @@ does each row's steps while the row is in the cache:
   scores, softmax and the values' product of each block of 8 query rows while it is in the L1
   cache, reading the heads of a fused projection in place and adding their biases as it reads.
 
-It is plain C, compiled on first use with the system's C compiler (``$CC``, else ``cc``) for
-this CPU, cached under ``$HEADLAB_CACHE`` (default ``~/.cache/headlab``) and loaded with ctypes;
-no Python or torch headers are needed. Its OpenMP loops run on the libgomp torch has loaded.
+It is plain C, compiled on first use with the system's C compiler (``$CC``, split into words
+as a shell would, else ``cc``; at most ``$HEADLAB_CC_TIMEOUT`` seconds, default 60) for this
+CPU, cached under ``$HEADLAB_CACHE`` (default ``~/.cache/headlab``) and loaded with ctypes; no
+Python or torch headers are needed. Its OpenMP loops run on the libgomp torch has loaded.
+
+The cache is guarded: the library is written to a temporary file and renamed into place, then
+its sha256 into a sidecar file; a cached library whose checksum does not match (truncated,
+overwritten, planted) is built again; a cache folder that another user owns or that group or
+others can write is refused. Once loaded, the library's own table of argument types
+(``headlab_signatures()``) must equal :data:`_SIGNATURES`, else the kernels are refused.
 
 The kernels have AVX-512 paths and portable C for other x86 CPUs, whose softmax and word
 argmax beat torch's ops but whose products do not (:func:`fused_scores`). Off x86 nothing is
 built unless ``HEADLAB_NATIVE=1`` (unmeasured there). Everything has a torch fallback that
 gives the same results to float rounding: with ``HEADLAB_NATIVE=0``, without a compiler, off
-Linux or macOS, or when the build fails, :func:`kernels` returns ``None`` and
-:func:`why_not` says why.
+Linux or macOS, when the build fails or the cache or library is refused, :func:`kernels`
+returns ``None`` and :func:`why_not` says why.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -101,18 +110,104 @@ def _cpu_key() -> str:
     return platform.processor() or platform.machine()
 
 
-def _build(compiler: str, flags: tuple[str, ...]) -> Path:
-    """The shared library for this source, flags and CPU (built now when not cached)."""
+#: seconds the compiler may take before headlab gives up on it (``$HEADLAB_CC_TIMEOUT``)
+COMPILER_TIMEOUT = 60.0
+
+
+class _CompilerHung(OSError):
+    """The compiler did not finish in time (no retry without OpenMP: it would hang again)."""
+
+
+def _compiler() -> list[str]:
+    """The C compiler's command line: ``$CC`` split as a shell splits words (``CC="gcc -O0"``
+    works), else ``cc`` or ``gcc``; empty when there is none."""
+    words = shlex.split(os.environ.get("CC", ""))
+    if words:
+        return words
+    found = shutil.which("cc") or shutil.which("gcc")
+    return [found] if found else []
+
+
+def _timeout() -> float:
+    text = os.environ.get("HEADLAB_CC_TIMEOUT")
+    if not text:
+        return COMPILER_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also NaN
+        raise OSError(f"HEADLAB_CC_TIMEOUT must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _private_folder(folder: Path) -> None:
+    """Create ``folder`` (only we may write it) or check that an existing one is ours and that
+    nobody else can write it: a library placed there by someone else would run as us."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.stat()
+    except OSError as err:
+        raise OSError(
+            f"cannot write to {folder} ({err.strerror}); set HEADLAB_CACHE to a writable folder"
+        ) from err
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise OSError(
+            f"the kernel cache {folder} belongs to another user (uid {info.st_uid}); "
+            "set HEADLAB_CACHE to a folder of your own"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise OSError(
+            f"the kernel cache {folder} can be written by others (mode "
+            f"{stat.S_IMODE(info.st_mode):o}); set HEADLAB_CACHE to a folder only you can write"
+        )
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _checksum_path(library: Path) -> Path:
+    """The sidecar holding a built library's sha256 (written after the library)."""
+    return library.with_name(library.name + ".sha256")
+
+
+def _verified(library: Path) -> bool:
+    """Whether ``library`` is whole and the one headlab built: its sha256 matches the sidecar
+    (a truncated, overwritten or planted file does not, and is built again)."""
+    try:
+        return _checksum_path(library).read_text().strip() == _sha256(library)
+    except OSError:
+        return False
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
+    """The shared library for this source, flags and CPU: the cached one when its checksum
+    holds, else built now (into a temporary file renamed into place, then its checksum)."""
     source = SOURCE.read_bytes()
     key = hashlib.sha256(
-        b"\0".join([source, " ".join(flags).encode(), compiler.encode(), _cpu_key().encode()])
+        b"\0".join(
+            [source, " ".join(flags).encode(), "\0".join(compiler).encode(), _cpu_key().encode()]
+        )
     ).hexdigest()[:16]
     folder = cache_dir()
+    _private_folder(folder)
     target = folder / f"rows-{key}{'.dylib' if sys.platform == 'darwin' else '.so'}"
-    if target.exists():
+    if target.exists() and _verified(target):
         return target
+    timeout = _timeout()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rows-", suffix=target.suffix)
     except OSError as err:
         raise OSError(
@@ -120,20 +215,51 @@ def _build(compiler: str, flags: tuple[str, ...]) -> Path:
         ) from err
     os.close(fd)
     try:
-        done = subprocess.run(
-            [compiler, *flags, "-o", tmp, str(SOURCE), "-lm"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        try:
+            done = subprocess.run(
+                [*compiler, *flags, "-o", tmp, str(SOURCE), "-lm"],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise _CompilerHung(
+                f"{shlex.join(compiler)} did not finish in {timeout:g} s "
+                "(HEADLAB_CC_TIMEOUT sets the limit)"
+            ) from err
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise OSError(f"{compiler} failed: {last}")
+            raise OSError(f"{shlex.join(compiler)} failed: {last}")
+        digest = _sha256(Path(tmp))
         os.replace(tmp, target)  # atomic: a concurrent build or reader never sees half a file
+        _write_atomically(_checksum_path(target), digest.encode())
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def _parse_signatures(table: str) -> dict[str, str]:
+    """``"name:sig;name:sig"`` as exported by ``headlab_signatures()`` in ``rows.c``."""
+    out = {}
+    for item in table.split(";"):
+        name, _, args = item.strip().partition(":")
+        if name:
+            out[name] = args
+    return out
+
+
+def _signature_mismatch(table: str) -> str:
+    """Why the library's exported argument table disagrees with :data:`_SIGNATURES` (empty
+    when they agree)."""
+    theirs = _parse_signatures(table)
+    for name, ours in _SIGNATURES.items():
+        if theirs.get(name) != ours:
+            return (
+                f"the native library's argument table differs from headlab's for {name} "
+                f"(library {theirs.get(name)!r}, headlab {ours!r}); kernels refused"
+            )
+    return ""
 
 
 def _load() -> tuple[Any, str]:
@@ -147,17 +273,30 @@ def _load() -> tuple[Any, str]:
             f"{_CHOSEN[1]} ({platform.machine()}): the kernels are measured on x86 only "
             "(HEADLAB_NATIVE=1 builds them)"
         )
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    try:
+        compiler = _compiler()
+    except ValueError as err:  # shlex: an unclosed quote
+        return None, f"CC cannot be split into words ({err}): {os.environ.get('CC')!r}"
     if not compiler:
         return None, "no C compiler found ($CC, cc or gcc)"
     try:
         try:
             path = _build(compiler, FLAGS + OPENMP)
+        except _CompilerHung:
+            raise
         except (OSError, subprocess.SubprocessError):
             path = _build(compiler, FLAGS)
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"building the native kernels failed: {err}"
+    try:
+        lib.headlab_signatures.restype = ctypes.c_char_p
+        table = lib.headlab_signatures().decode()
+    except AttributeError:
+        return None, "the native library exports no argument table (headlab_signatures)"
+    mismatch = _signature_mismatch(table)
+    if mismatch:
+        return None, mismatch
     lib.headlab_openmp.restype = lib.headlab_vector_bits.restype = ctypes.c_int
     for name, args in _SIGNATURES.items():
         fn = getattr(lib, name)

@@ -14,6 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each exported kernel's parameters, in order: p a pointer, q a pointer that may be NULL,
+ * i int64_t, b int32_t, d double. headlab.native compares this table with its own ctypes
+ * signatures when it loads the library and refuses the kernels on any difference (a wrong
+ * argument type would corrupt memory, not raise). Change it with the functions below. */
+const char *headlab_signatures(void) {
+    return "softmax_rows:ppppiii;"
+           "attend_rows:pppppiiiiiiiqbiqiqiiidii;"
+           "word_argmax_rows:piiipiipppippippppbii;"
+           "positional_rows:pppiiiiippii;"
+           "attend_heads:pppqqqppiiiiiiiiiiiiiiiiibidpii";
+}
+
 /* 1 when built with OpenMP (the kernels split their loops themselves) */
 int headlab_openmp(void) {
 #if defined(_OPENMP)

@@ -263,6 +263,7 @@ def test_roles_without_native_kernels_say_so_and_agree(
     argv = ["roles", "--limit", "20", "--replicates", "0", "--no-gap", "--csv"]
     assert main(argv) == 0
     fast = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    monkeypatch.delenv("HEADLAB_NATIVE", raising=False)  # a failed build, not a choice
     monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "/nonexistent/cc")
     native.reset()

@@ -78,11 +78,19 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
-def build(family: str, folder: Path, *, attn_implementation: str = "sdpa", seed: int = 0) -> Path:
-    """Save a tiny random model of ``family`` with the MiniLM tokenizer into ``folder``."""
+def build(
+    family: str,
+    folder: Path,
+    *,
+    attn_implementation: str = "sdpa",
+    seed: int = 0,
+    **overrides: Any,
+) -> Path:
+    """Save a tiny random model of ``family`` with the MiniLM tokenizer into ``folder``
+    (``overrides``: config fields to change, e.g. ``sliding_window=2``)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    spec = dict(FAMILIES[family])
+    spec = {**FAMILIES[family], **overrides}
     model_type = spec.pop("model_type")
     config = AutoConfig.for_model(model_type, vocab_size=VOCAB, **spec)
     config._attn_implementation = attn_implementation

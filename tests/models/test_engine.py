@@ -128,9 +128,11 @@ def test_two_contexts_computing_the_output_are_refused(folder: Path) -> None:
     batch = _batch(lm, "cpu")
     consumer = _Blocks()
     with StreamingAttention(lm, consumer):
-        with pytest.raises(HeadlabError, match="at most one headlab context"):
-            with StreamingAttention(lm, _Blocks()):
-                pass
+        with (
+            pytest.raises(HeadlabError, match="at most one headlab context"),
+            StreamingAttention(lm, _Blocks()),
+        ):
+            pass
         with torch.no_grad():
             lm.model(**batch)
     assert consumer.done == [0, 1]

@@ -36,6 +36,7 @@ else is torch's ops on the inputs' device.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,10 +96,13 @@ def _mask_scores(
     start: int,
     n_queries: int,
     n_keys: int,
-) -> torch.Tensor | None:
+) -> Callable[[], torch.Tensor | None]:
     """Add ``bias`` and hide every masked key of float32 ``scores (B, H, t, s)`` (query rows
-    ``start:start+t`` over keys ``0:s``) in place, with :data:`MASKED`. Returns the rows left
-    with no visible key, bool broadcastable to ``(B, H, t)``, or ``None`` when none can be."""
+    ``start:start+t`` over keys ``0:s``) in place: a hidden key's score becomes
+    :data:`MASKED` (so a row's largest score is at most ``MASKED / 2`` exactly when it sees no
+    key). Returns the function that finds the rows left with no visible key from the masks,
+    bool broadcastable to ``(B, H, t)`` (``None`` when there are none for sure): called only
+    when a cheaper sign says there may be some."""
     t, seen = scores.shape[-2], scores.shape[-1]
     stop = start + t
     if bias is not None:
@@ -110,26 +114,30 @@ def _mask_scores(
             hidden = ~m
             scores.masked_fill_(hidden, MASKED)
         else:
-            scores.add_(m.float().clamp_min(MASKED))
             hidden = m <= _hiding_below(m.dtype)
+            scores.add_(m.float().clamp_min(MASKED).masked_fill_(hidden, MASKED))
     if lengths is not None:
         for b, n in enumerate(lengths):
             if n < seen:
                 scores[b, ..., n:].fill_(MASKED)
-    empty = _empty_by_rule(lengths, causal, start, stop, n_queries, n_keys, scores.device)
-    if causal:  # only the last t keys can lie after a row of this block
-        first = max(0, seen - t)
-        later = ~causal_rows(start, stop, n_queries, n_keys, first_key=first, device=scores.device)[
-            :, : seen - first
-        ]  # (t, <=t)
+    first = max(0, seen - t)  # only the last t keys can lie after a row of this block
+    later = None
+    if causal:
+        allowed = causal_rows(start, stop, n_queries, n_keys, first_key=first, device=scores.device)
+        later = ~allowed[:, : seen - first]  # (t, <=t)
         scores[..., first:].masked_fill_(later, MASKED)
-        if hidden is not None:
-            late = (hidden[..., first:] | later).all(-1)
-            hidden_all = hidden[..., :first].all(-1) & late
-            empty = hidden_all if empty is None else empty | hidden_all
-    elif hidden is not None:
-        empty = hidden.all(-1) if empty is None else empty | hidden.all(-1)
-    return empty
+
+    def empty_rows() -> torch.Tensor | None:
+        empty = _empty_by_rule(lengths, causal, start, stop, n_queries, n_keys, scores.device)
+        if hidden is None:
+            return empty
+        if later is None:
+            by_mask = hidden.all(-1)
+        else:
+            by_mask = hidden[..., :first].all(-1) & (hidden[..., first:] | later).all(-1)
+        return by_mask if empty is None else empty | by_mask
+
+    return empty_rows
 
 
 def _zero_rows(
@@ -163,8 +171,8 @@ def key_lengths(
     expected = torch.arange(n_keys, device=mask.device)[None, :] < lengths[:, None]  # (B, S)
     full = expected[:, None, :].expand(-1, mask.shape[-2], -1)
     if causal:
-        rule = causal_rows(0, mask.shape[-2], n_queries, n_keys)  # (T|1, S)
-        full = full & rule.to(mask.device)
+        rule = causal_rows(0, mask.shape[-2], n_queries, n_keys, device=mask.device)  # (T|1, S)
+        full = full & rule
     if not torch.equal(mask[:, 0], full):
         return None
     return [int(n) for n in lengths.tolist()]
@@ -377,7 +385,7 @@ def _block_weights(
             torch.matmul(q_rows, k_t[..., :seen], out=workspace.get("qk", shape, query, dtype))
         )
     scores = scores.view(n_batch, n_heads, t, seen)  # (B, H, t, s)
-    empty = _mask_scores(
+    empty_rows = _mask_scores(
         scores, mask=mask, bias=bias, lengths=lengths, causal=causal, start=start,
         n_queries=n_queries, n_keys=n_keys,
     )  # fmt: skip
@@ -386,9 +394,14 @@ def _block_weights(
         top = query.new_empty(n_batch, n_heads, t, dtype=torch.float32)
         entropy = torch.empty_like(top)
         native.softmax_rows(scores, weights, top, entropy)
+        # a row with no key came out uniform (all its scores MASKED): only rows whose largest
+        # weight is 1/s can be one, and only then are the masks asked
+        uniform = top * seen <= 1.001  # (B, H, t)
+        empty = empty_rows() if bool(uniform.any()) else None
     else:
         weights = workspace.get("weights", scores.shape, query, torch.float32)
         s_max = scores.amax(dim=-1)  # (B, H, t)
+        empty = s_max <= MASKED / 2  # every key hidden
         torch.ops.aten._softmax.out(scores, -1, False, out=weights)  # (B, H, t, s)
         top = weights.amax(dim=-1)  # (B, H, t)
         entropy = s_max - top.log() - scores.mul_(weights).sum(-1)  # scores are spent
@@ -443,12 +456,12 @@ def attention_weights(
             m = m.index_select(1, idx.to(m.device))
     scores = scores.float() if scores.dtype != torch.float32 else scores
     scores.mul_(scaling)
-    empty = _mask_scores(
+    empty_rows = _mask_scores(
         scores, mask=m, bias=None, lengths=None, causal=causal, start=start,
         n_queries=n_queries, n_keys=n_keys,
     )  # fmt: skip
     weights = torch.softmax(scores, dim=-1, out=scores)  # (B, h, t, S)
-    _zero_rows(empty, (weights,))
+    _zero_rows(empty_rows(), (weights,))
     return weights
 
 

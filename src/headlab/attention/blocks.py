@@ -546,7 +546,8 @@ def explicit_attention(
         mask = mask | empty
     # Scaling q (T x D) is cheaper than scaling the scores (T x S), and leaves q contiguous.
     q_scaled = q if scale == 1.0 else q * scale  # (already scaled by the projection)
-    q_rows = q_scaled.reshape(n_batch, n_kv, group * n_queries, d)  # a group's heads stacked
+    # a group's heads stacked as the rows of one product: no copy of its keys and values
+    q_rows = q_scaled if group == 1 else q_scaled.reshape(n_batch, n_kv, group * n_queries, d)
     keys_t = k.transpose(-2, -1)  # (B, Hkv, D, S)
     tracked = torch.is_grad_enabled() and (
         q_rows.requires_grad or keys_t.requires_grad or v.requires_grad
@@ -569,7 +570,7 @@ def explicit_attention(
         # out of place under autograd: the in-place softmax saved these weights for backward
         weights = weights.masked_fill(empty, 0.0) if tracked else weights.masked_fill_(empty, 0)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    mixed = dropped.reshape(n_batch, n_kv, group * n_queries, n_keys)
+    mixed = dropped if group == 1 else dropped.reshape(n_batch, n_kv, group * n_queries, n_keys)
     head_outputs = torch.matmul(mixed, v).view(n_batch, n_heads, n_queries, d)  # (B, H, T, D)
     return head_outputs, weights
 

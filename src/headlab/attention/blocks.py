@@ -559,7 +559,8 @@ def explicit_attention(
     else:  # large weights on huge pages (about 2x faster to write, see memory.empty)
         scores = memory.empty(shape, dtype=q_rows.dtype, device=q_rows.device)
         torch.matmul(q_rows, keys_t, out=scores)  # (B, Hkv, G T, S)
-    scores = scores.view(n_batch, n_heads, n_queries, n_keys)  # (B, H, T, S)
+    if group > 1:  # not a view for autograd: the in-place steps below would make it rebase
+        scores = torch.ops.aten._unsafe_view(scores, (n_batch, n_heads, n_queries, n_keys))
     if mask is not None:
         scores = scores.masked_fill_(~mask, float("-inf"))
     if tracked:  # in place, with a backward that needs only the weights

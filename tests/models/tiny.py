@@ -94,12 +94,14 @@ def build(
     attn_implementation: str = "sdpa",
     seed: int = 0,
     lm_head: bool = False,
+    **overrides: Any,
 ) -> Path:
     """Save a tiny random model of ``family`` with the MiniLM tokenizer into ``folder`` (with
-    its causal language-model head when ``lm_head``)."""
+    its causal language-model head when ``lm_head``; ``overrides``: config fields to change,
+    e.g. ``sliding_window=2``)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-    spec = dict(FAMILIES[family])
+    spec = {**FAMILIES[family], **overrides}
     model_type = spec.pop("model_type")
     config = AutoConfig.for_model(model_type, vocab_size=VOCAB, **spec)
     config._attn_implementation = attn_implementation

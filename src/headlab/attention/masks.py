@@ -12,7 +12,8 @@ Edge cases, spelled out:
   no attention from any query.
 * **A query with no key left.** When masks leave a query row with no key at all (a padded query
   under a causal mask, say), softmax is undefined. headlab defines that row's attention weights
-  and output as zeros, never NaN, and propagates zero gradients through it.
+  and output as zeros, never NaN, and propagates zero gradients through it: the one convention
+  of the attention engine, :mod:`headlab.attention.blocks`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,33 @@ from __future__ import annotations
 import torch
 
 from headlab.errors import MaskError
+
+
+def causal_rows(
+    start: int,
+    stop: int,
+    n_queries: int,
+    n_keys: int,
+    *,
+    first_key: int = 0,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The causal rule, bottom-right aligned, for query rows ``start:stop`` of ``T = n_queries``
+    over keys ``first_key:S`` (``S = n_keys``): True where query ``i`` may attend key ``j``,
+    that is ``j <= i + S - T`` (query ``i`` sits at absolute position ``i + S - T``). The only
+    place headlab writes this rule; :func:`causal_mask` is its whole matrix.
+
+    Shape:
+        returns ``(stop - start, S - first_key)``.
+    """
+    q_pos = torch.arange(start, stop, device=device)[:, None] + (n_keys - n_queries)  # (t, 1)
+    k_pos = torch.arange(first_key, n_keys, device=device)[None, :]  # (1, s)
+    return k_pos <= q_pos  # (t, s)
+
+
+def causal_keys(stop: int, n_queries: int, n_keys: int) -> int:
+    """How many keys (``0:n``) query rows before ``stop`` can see under :func:`causal_rows`."""
+    return max(0, min(n_keys, stop + n_keys - n_queries))
 
 
 def causal_mask(
@@ -37,10 +65,7 @@ def causal_mask(
     """
     if n_queries > n_keys:
         raise MaskError(f"a causal mask needs n_keys >= n_queries, got T={n_queries}, S={n_keys}")
-    offset = n_keys - n_queries
-    q_pos = torch.arange(n_queries, device=device)[:, None] + offset  # (T, 1)
-    k_pos = torch.arange(n_keys, device=device)[None, :]  # (1, S)
-    return k_pos <= q_pos  # (T, S)
+    return causal_rows(0, n_queries, n_queries, n_keys, device=device)  # (T, S)
 
 
 def _check_bool(name: str, mask: torch.Tensor, meaning: str = "True = may attend") -> None:

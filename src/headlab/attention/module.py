@@ -17,12 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headlab.attention.functional import (
-    AttendResult,
-    attend,
-    attend_blocks,
-    attend_blocks_wins,
-)
+from headlab.attention.blocks import AttendResult, attend_blocks, attend_blocks_wins
+from headlab.attention.functional import attend
 from headlab.attention.kv_cache import KVCache
 from headlab.attention.masks import combine_masks, key_real_mask
 from headlab.attention.surgery import head_rows, linear_columns, linear_rows, plan_removal

@@ -30,8 +30,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from headlab.attention.blocks import attention_weights
 from headlab.errors import InputError
-from headlab.models.interface import observe
+from headlab.models.interface import call_rules, observe
 from headlab.models.loading import LoadedModel
 
 
@@ -78,43 +79,27 @@ def attention_pattern(
     rows: tuple[int, int] | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """softmax(q k^T * scaling + mask) for the chosen heads and query rows.
+    """softmax(q k^T * scaling + mask) for the chosen heads and query rows, from the attention
+    engine (:func:`headlab.attention.blocks.attention_weights`; rows with no visible key are
+    zeros).
 
     ``rows=(start, stop)`` computes only those query positions (for block-wise statistics that
     never hold a full ``T x T`` pattern); ``dtype`` is the precision of the product (the softmax
-    is always taken in float32).
+    is always taken in float32); ``is_causal`` adds the bottom-right aligned causal triangle.
 
     Shape:
         q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``; returns ``(B, h, t, S)`` float32.
     """
-    n_heads, n_kv = q.shape[1], k.shape[1]
-    n_queries = q.shape[2]
-    start, stop = rows if rows is not None else (0, n_queries)
-    idx = (
-        torch.arange(n_heads, device=q.device)
-        if heads is None
-        else torch.as_tensor(list(heads), device=q.device)
+    return attention_weights(
+        q,
+        k,
+        mask=mask,
+        causal=is_causal,
+        scaling=scaling,
+        heads=None if heads is None else list(heads),
+        rows=rows,
+        dtype=dtype,
     )
-    q_sel = q[:, :, start:stop].index_select(1, idx).to(dtype)  # (B, h, t, D)
-    k_sel = k.index_select(1, idx // (n_heads // n_kv)).to(dtype)  # (B, h, S, D)
-    scores = torch.matmul(q_sel, k_sel.transpose(-2, -1)).float() * scaling  # (B, h, t, S)
-    s = scores.shape[-1]
-    if mask is not None:
-        m = mask
-        if m.dim() == 4 and m.shape[1] not in (1, idx.numel()):
-            m = m.index_select(1, idx)
-        if m.dim() >= 2 and m.shape[-2] == n_queries:
-            m = m[..., start:stop, :]
-        if m.dtype == torch.bool:
-            scores = scores.masked_fill(~m, float("-inf"))
-        else:
-            scores = scores + m.float()
-    elif is_causal:  # bottom-right aligned, as sdpa with is_causal
-        row = torch.arange(start, stop, device=q.device)[:, None] + (s - n_queries)
-        allowed = torch.arange(s, device=q.device)[None, :] <= row  # (t, S)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.nan_to_num(weights, nan=0.0)  # rows with no visible key: zeros
 
 
 class HeadCapture:
@@ -180,12 +165,7 @@ class HeadCapture:
             rec = self.records.setdefault(layer, LayerRecord())
             rec.q, rec.k, rec.v = query.detach(), key.detach(), value.detach()
             rec.mask = mask.detach() if isinstance(mask, torch.Tensor) else None
-            # the same rule as transformers' sdpa_attention_forward
-            causal_flag = kwargs.get("is_causal")
-            causal_flag = getattr(module, "is_causal", True) if causal_flag is None else causal_flag
-            rec.is_causal = bool(query.shape[2] > 1 and rec.mask is None and causal_flag)
-            scaling = kwargs.get("scaling")
-            rec.scaling = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+            rec.is_causal, rec.scaling = call_rules(module, query, key, rec.mask, kwargs)
 
         return record
 
@@ -261,13 +241,13 @@ class HeadCapture:
         rec, q, k = self._queries_keys(layer)
         if heads is not None:
             self._check_heads(layer, heads)
-        return attention_pattern(
+        return attention_weights(
             q,
             k,
             mask=rec.mask,
-            is_causal=rec.is_causal,
+            causal=rec.is_causal,
             scaling=rec.scaling,
-            heads=heads,
+            heads=None if heads is None else list(heads),
             rows=rows,
             dtype=dtype,
         )

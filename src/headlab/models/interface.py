@@ -4,9 +4,11 @@ transformers 5 routes the attention of every modern model through one registry. 
 registered here receives what sdpa receives (queries after rotary embeddings ``(B, H, T, D)``,
 keys and values before GQA expansion ``(B, Hkv, S, D)``, the mask, the scaling), hands them to
 whoever observes that module, then calls transformers' own sdpa function unchanged: outputs stay
-bit-identical to the default attention. An observer may instead compute the output itself
-(:mod:`headlab.models.streaming`). The matching mask function (sdpa's) is registered under
-the same name, or padding would be ignored.
+bit-identical to the default attention. One observer per module may instead compute the output
+itself (:mod:`headlab.models.streaming`): observers compose (a :class:`HeadCapture` inside a
+:class:`StreamingAttention`, or one capture inside another, all see every call), and a second
+observer that would also compute the output is refused. The matching mask function (sdpa's) is
+registered under the same name, or padding would be ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from headlab.errors import InputError
+
 ATTN_IMPLEMENTATION = "headlab_sdpa"
 
 #: module id -> observer called with (module, query, key, value, attention_mask, kwargs); an
@@ -25,7 +29,8 @@ Observer = Callable[
     [nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, Any, dict[str, Any]],
     torch.Tensor | None,
 ]
-_OBSERVERS: dict[int, Observer] = {}
+#: module id -> its observers in the order they came, each with whether it computes the output
+_OBSERVERS: dict[int, list[tuple[Observer, bool]]] = {}
 _REGISTERED = False
 
 
@@ -39,9 +44,15 @@ def _observed_sdpa(
 ) -> tuple[torch.Tensor, None]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    observer = _OBSERVERS.get(id(module))
-    if observer is not None:
-        output = observer(module, query, key, value, attention_mask, kwargs)
+    observers = _OBSERVERS.get(id(module), [])
+    computing = None
+    for observer, computes in list(observers):  # the one that computes the output comes last
+        if computes:
+            computing = observer
+        else:
+            observer(module, query, key, value, attention_mask, kwargs)
+    if computing is not None:
+        output = computing(module, query, key, value, attention_mask, kwargs)
         if output is not None:
             return output, None
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -60,12 +71,47 @@ def register() -> None:
     _REGISTERED = True
 
 
-def observe(module: nn.Module, observer: Observer) -> Callable[[], None]:
-    """Call ``observer`` on every attention call of ``module``; returns the function that stops it."""
-    _OBSERVERS[id(module)] = observer
+def call_rules(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    mask: Any,
+    kwargs: dict[str, Any],
+) -> tuple[bool, float]:
+    """Whether an attention call is causal, and its scaling, by transformers' sdpa rules: causal
+    when the module (or the call) says so and more than one query comes, without a mask or with
+    as many keys as queries (a causal model's own mask then implies the triangle, so it may be
+    applied on top, and blocks of rows skip the keys they cannot see); the scaling given, else
+    ``1 / sqrt(D)``. Every observer reads a call through this one rule."""
+    flag = kwargs.get("is_causal")
+    flag = getattr(module, "is_causal", True) if flag is None else flag
+    n_queries, n_keys = query.shape[2], key.shape[2]
+    has_mask = isinstance(mask, torch.Tensor)
+    causal = bool(flag) and n_queries > 1 and (not has_mask or n_keys == n_queries)
+    scaling = kwargs.get("scaling")
+    return causal, float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+
+
+def observe(
+    module: nn.Module, observer: Observer, *, computes_output: bool = False
+) -> Callable[[], None]:
+    """Call ``observer`` on every attention call of ``module``; returns the function that stops
+    it. Observers of one module compose: all are called, those that only look first; at most
+    one may compute the output (``computes_output``), a second is refused."""
+    observers = _OBSERVERS.setdefault(id(module), [])
+    if computes_output and any(computes for _, computes in observers):
+        raise InputError(
+            "expected at most one headlab context computing this attention layer's output "
+            f"({type(module).__name__}), got a second (nested StreamingAttention?)"
+        )
+    entry = (observer, computes_output)
+    observers.append(entry)
 
     def remove() -> None:
-        if _OBSERVERS.get(id(module)) is observer:
-            del _OBSERVERS[id(module)]
+        current = _OBSERVERS.get(id(module))
+        if current is not None and entry in current:
+            current.remove(entry)
+            if not current:
+                del _OBSERVERS[id(module)]
 
     return remove

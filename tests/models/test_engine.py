@@ -1,0 +1,138 @@
+"""The attention engine inside real models, on every device: StreamingAttention, HeadCapture's
+patterns and the model's own sdpa agree on every row, padded rows under a sliding window
+included; captures nest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tests.models.tiny import build
+
+from headlab.errors import HeadlabError
+from headlab.models import HeadCapture, LoadedModel, StreamingAttention, encode, load
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+#: lengths 12, 3 and 5 tokens with the MiniLM tokenizer's [CLS]/[SEP]: rows 3+ of the second
+#: sentence see no key under a window of 2 (both keys padding)
+TEXTS = ["The chef who trained in Paris prepared the fish.", "Hi", "A short one"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("mistral", tmp_path_factory.mktemp("mistral-window-2"), sliding_window=2)
+
+
+def _sdpa(folder: Path, device: str) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(folder), local_files_only=True).eval().to(device)
+
+
+class _Blocks:
+    def __init__(self) -> None:
+        self.blocks: dict[int, list[tuple[torch.Tensor, ...]]] = {}
+        self.done: list[int] = []
+
+    def columns(self, layer: int) -> torch.Tensor | None:
+        return None
+
+    def block(self, layer: int, start: int, weights: torch.Tensor, *parts: Any) -> None:
+        entropy, top, _ = parts
+        self.blocks.setdefault(layer, []).append((weights.clone(), entropy.clone(), top.clone()))
+
+    def layer_done(self, layer: int) -> None:
+        self.done.append(layer)
+
+
+def _batch(lm: LoadedModel, device: str) -> dict[str, torch.Tensor]:
+    lm.tokenizer.padding_side = "right"
+    return {k: v.to(device) for k, v in encode(lm, TEXTS).items()}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_rows_under_a_sliding_window_agree_everywhere(
+    folder: Path, device: str, kernels: str
+) -> None:
+    """On a row that sees no key (a padded query whose whole window is padding), the model's
+    output through StreamingAttention equals sdpa's (zero head output), HeadCapture's pattern
+    is zeros, and the blocks report zero weights, entropy 0 and largest weight 0; on every
+    other row all three agree too."""
+    if device != "cpu" and kernels != "torch":
+        pytest.skip("the native kernels run on the CPU only")
+    lm = load(folder, device=device)
+    batch = _batch(lm, device)
+    consumer = _Blocks()
+    with torch.no_grad():
+        plain = _sdpa(folder, device)(**batch).last_hidden_state
+        with HeadCapture(lm) as cap:
+            captured = lm.model(**batch).last_hidden_state
+        with StreamingAttention(lm, consumer, block_elements=64):
+            ours = lm.model(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()  # (B, T)
+    ends = real.sum(-1)
+    pos = torch.arange(real.shape[1], device=device)
+    no_key = pos[None, :] >= ends[:, None] + 1  # (B, T): window of 2, both keys padding
+    assert bool(no_key.any())
+    assert (ours - plain).abs().max() < 1e-5  # every row, the empty ones included
+    assert torch.equal(captured, plain)
+    for layer in range(lm.n_layers):
+        pattern = cap.pattern(layer)  # (B, H, T, S)
+        rows = no_key[:, None].expand(-1, pattern.shape[1], -1)  # (B, H, T)
+        assert bool((pattern[rows] == 0).all())
+        rec = cap.records[layer]
+        group = pattern.shape[1] // rec.v.shape[1]
+        mixed = pattern @ rec.v.float().repeat_interleave(group, 1)  # (B, H, T, D)
+        assert (mixed - rec.head_output.float()).abs().max() < 1e-5  # sdpa's head outputs
+        n_keys = pattern.shape[-1]  # a causal block is handed the keys it can see
+        blocks = consumer.blocks[layer]
+        weights = torch.cat([F.pad(b[0], (0, n_keys - b[0].shape[-1])) for b in blocks], 2)
+        entropy = torch.cat([b[1] for b in blocks], 2)
+        top = torch.cat([b[2] for b in blocks], 2)
+        assert (weights - pattern).abs().max() < 1e-5
+        assert bool((entropy[rows] == 0).all()) and bool((top[rows] == 0).all())
+        assert torch.isfinite(entropy).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nested_captures_compose(folder: Path, device: str) -> None:
+    """A HeadCapture inside another, and inside StreamingAttention: every context sees every
+    call (the outer one is not dropped) and the outputs stay the model's."""
+    lm = load(folder, device=device)
+    batch = _batch(lm, device)
+    consumer = _Blocks()
+    with torch.no_grad():
+        plain = lm.model(**batch).last_hidden_state
+        with HeadCapture(lm) as outer:
+            with HeadCapture(lm, layers=[1]) as inner:
+                both = lm.model(**batch).last_hidden_state
+            with StreamingAttention(lm, consumer) as _, HeadCapture(lm) as inside:
+                streamed = lm.model(**batch).last_hidden_state
+    assert torch.equal(both, plain)
+    assert (streamed - plain).abs().max() < 1e-5
+    assert sorted(outer.records) == [0, 1] and sorted(inner.records) == [1]
+    assert sorted(inside.records) == [0, 1] and consumer.done == [0, 1]
+    # the outer capture saw both forward passes (the streamed one last), as the inner ones did
+    assert torch.equal(outer.pattern(1), inside.pattern(1))
+    assert (outer.pattern(1) - inner.pattern(1)).abs().max() < 1e-5
+
+
+def test_two_contexts_computing_the_output_are_refused(folder: Path) -> None:
+    """Two StreamingAttentions on one model would both compute each layer's output: a clear
+    error, and the outer one still works afterwards."""
+    lm = load(folder)
+    batch = _batch(lm, "cpu")
+    consumer = _Blocks()
+    with StreamingAttention(lm, consumer):
+        with (
+            pytest.raises(HeadlabError, match="at most one headlab context"),
+            StreamingAttention(lm, _Blocks()),
+        ):
+            pass
+        with torch.no_grad():
+            lm.model(**batch)
+    assert consumer.done == [0, 1]

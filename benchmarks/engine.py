@@ -6,12 +6,12 @@ the ``torch.compile``d engine by more than 1.2x. This script times, in one proce
 * **block statistics** (one attention layer, block by block, as ``models/streaming.py``'s
   ``attention_blocks`` computes them for the role statistics: scores, right padding and the
   causal triangle, float32 softmax, each row's top weight and entropy, the weighted sums of 4
-  per-key columns, the values' product): ``native`` (``attention_blocks`` with the kernels:
-  ``native.attend_rows``), ``compiled`` (``headlab.attention.compiled.block_statistics`` over
-  the same blocks) and ``torch`` (``attention_blocks`` without the kernels);
+  per-key columns, the values' product): ``native`` (``headlab.attention.blocks.attention_blocks``
+  with the kernels: ``native.attend_rows``), ``compiled`` (``compiled_engine.block_statistics``
+  beside this script, over the same blocks) and ``torch`` (``attention_blocks`` without them);
 * **per-head weights forward** of ``MultiHeadAttention.inspect`` at ``benchmarks/attention.py``'s
-  shapes: ``native`` (``attend_heads``), ``torch`` (the module's torch ops) and ``compiled`` (the
-  same projections around a ``torch.compile``d explicit attention).
+  shapes: ``torch`` (the module, all torch ops since its native path was removed) and
+  ``compiled`` (the same projections around a ``torch.compile``d explicit attention).
 
 Backends run in blocks of calls that alternate (their order rotating every round), so that the
 shared machine's drift hits all alike; ratios are taken per round and their median and
@@ -33,11 +33,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from compiled_engine import block_statistics as compiled_block_statistics
+from compiled_engine import reset as compiled_reset
 from headlab import native
 from headlab.attention import MultiHeadAttention
-from headlab.attention import compiled as compiled_mod
-from headlab.attention import module as mha_module
-from headlab.models import streaming
+from headlab.attention import blocks as streaming
 
 # name: (B, H, Hkv, D, T = S, causal); batches as benchmarks/roles.py packs 4,096 tokens
 STREAMING = {
@@ -128,7 +128,7 @@ def streaming_layer(shape: tuple[int, ...], compiled: bool) -> Callable[[], obje
             stop = min(n, start + rows)
             seen = stop if causal else n
             positions = torch.arange(start, stop) if causal else torch.full((stop - start,), n)
-            stats = compiled_mod.block_statistics(
+            stats = compiled_block_statistics(
                 query[:, :, start:stop], keys[:, :, :seen], values[:, :, :seen], scale=scale,
                 rows=positions, lengths=lengths, columns=columns[:, :seen],
             )  # fmt: skip
@@ -159,7 +159,7 @@ def bench_streaming(rounds: int, block: int) -> None:
 
 def streaming_row(name: str, shape: tuple[int, ...], rounds: int, block: int) -> None:
     torch._dynamo.reset()
-    compiled_mod.reset()
+    compiled_reset()
     run_compiled = streaming_layer(shape, compiled=True)
     start = time.perf_counter()
     with torch.inference_mode():
@@ -215,9 +215,8 @@ def mha_compiled(ours: MultiHeadAttention) -> Callable[[torch.Tensor], object]:
 
 def bench_mha(rounds: int, block: int) -> None:
     print("\n## per-head weights forward (MultiHeadAttention.inspect; ms per call)\n")
-    print("| B,T,E,H | compile s | native | compiled | torch "
-          "| native/compiled (IQR) | torch/compiled (IQR) | max diff |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print("| B,T,E,H | compile s | compiled | torch | torch/compiled (IQR) | max diff |")
+    print("|---|---|---|---|---|---|")
     for b, t, e, h in MHA_SHAPES:
         mha_row(b, t, e, h, rounds, block)
 
@@ -231,35 +230,23 @@ def mha_row(b: int, t: int, e: int, h: int, rounds: int, block: int) -> None:
     def run_compiled() -> object:
         return forward(x)
 
-    def run_native() -> object:
-        return ours.inspect(x, need_head_outputs=False, need_contributions=False)
-
     def run_torch() -> object:
-        saved = mha_module.attend_blocks_wins
-        mha_module.attend_blocks_wins = lambda *a: False  # type: ignore[assignment]
-        try:
-            return run_native()
-        finally:
-            mha_module.attend_blocks_wins = saved  # type: ignore[assignment]
+        return ours.inspect(x, need_head_outputs=False, need_contributions=False)
 
     with torch.inference_mode():
         start = time.perf_counter()
         got = run_compiled()
         compile_s = time.perf_counter() - start
-        expect = run_native()
+        expect = run_torch()
         assert isinstance(got, tuple)
         diff = float((got[1] - expect.weights).abs().max())  # type: ignore[attr-defined]
-        res = compare(
-            {"compiled": run_compiled, "native": run_native, "torch": run_torch}, rounds, block
-        )
-    rn, rt = res["ratio native"], res["ratio torch"]
-    assert isinstance(rn, tuple) and isinstance(rt, tuple)
-    ms = {k: 1e3 * float(res[k]) for k in ("native", "compiled", "torch")}  # type: ignore[arg-type]
+        res = compare({"compiled": run_compiled, "torch": run_torch}, rounds, block)
+    rt = res["ratio torch"]
+    assert isinstance(rt, tuple)
+    ms = {k: 1e3 * float(res[k]) for k in ("compiled", "torch")}  # type: ignore[arg-type]
     print(
-        f"| {b},{t},{e},{h} | {compile_s:.1f} "
-        f"| {ms['native']:.2f} | {ms['compiled']:.2f} | {ms['torch']:.2f} "
-        f"| {rn[0]:.2f} ({rn[1]:.2f}-{rn[2]:.2f}) | {rt[0]:.2f} ({rt[1]:.2f}-{rt[2]:.2f}) "
-        f"| {diff:.1e} |",
+        f"| {b},{t},{e},{h} | {compile_s:.1f} | {ms['compiled']:.2f} | {ms['torch']:.2f} "
+        f"| {rt[0]:.2f} ({rt[1]:.2f}-{rt[2]:.2f}) | {diff:.1e} |",
         flush=True,
     )
 

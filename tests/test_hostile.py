@@ -203,13 +203,17 @@ CASES: dict[str, Case] = {
         ["roles", "--treebank", f"{F}/only-bad-trees.conllu"], 1, "4 left out: not one tree"
     ),
     "report --pruning curve of numbers": Case(
-        ["report", "--pruning", f"{F}/curve-list.json", "--out", "r"], 1, "curve[0] must be an object"
+        ["report", "--pruning", f"{F}/curve-list.json", "--out", "r"],
+        1,
+        "curve[0] must be an object",
     ),
     "report --pruning NaN": Case(
         ["report", "--pruning", f"{F}/curve-nan.json", "--out", "r"], 1, "NaN is not a number"
     ),
     "report --pruning without model": Case(
-        ["report", "--pruning", f"{F}/curve-no-model.json", "--out", "r"], 1, "'model' must be a string"
+        ["report", "--pruning", f"{F}/curve-no-model.json", "--out", "r"],
+        1,
+        "'model' must be a string",
     ),
     "report --pruning 100k deep": Case(
         ["report", "--pruning", f"{F}/deep-object.json", "--out", "r"], 1, "nested too deeply"

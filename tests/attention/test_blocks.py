@@ -237,3 +237,22 @@ def test_a_row_loop_oracle_is_what_sdpa_gives() -> None:
     _, want = _oracle(q, k, v, visible, 1 / math.sqrt(8))
     got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+
+
+def test_float16_scores_past_its_range_stay_finite() -> None:
+    """float16 queries whose scores pass 65,504 (float16's largest) still give finite weights
+    that put all of a row on its largest score: the engine takes q k^T in float32 for them."""
+    from headlab.attention.blocks import attention_blocks
+
+    q = torch.zeros(1, 1, 2, 4, dtype=torch.float16)
+    q[..., 0] = 300.0
+    k = torch.zeros(1, 1, 3, 4, dtype=torch.float16)
+    k[0, 0, :, 0] = torch.tensor([300.0, 1.0, -1.0], dtype=torch.float16)  # score 90,000 on key 0
+    v = torch.eye(3, 4, dtype=torch.float16)[None, None]
+    seen: list[torch.Tensor] = []
+    out = attention_blocks(
+        q, k, v, mask=None, causal=False, scaling=1.0,
+        on_block=lambda start, weights, *rest: seen.append(weights.clone()),
+    )  # fmt: skip
+    assert torch.isfinite(out).all()
+    assert torch.equal(seen[0][0, 0, :, 0], torch.ones(2))

@@ -127,61 +127,6 @@ def test_attend_rows_match_torch(
     assert torch.allclose(mixed[2], columns[2, :seen].mean(0).expand(mixed.shape[1:]))
 
 
-@pytest.mark.parametrize(
-    ("n_batch", "n_q", "n_keys", "n_heads", "n_kv", "d", "causal"),
-    [
-        (2, 5, 5, 4, 4, 8, False),  # fewer rows than a block
-        (2, 19, 19, 4, 2, 24, True),  # GQA, rows and keys not multiples of 8 or 16
-        (1, 7, 40, 3, 1, 40, True),  # MQA, cached keys (T < S), d over 32
-        (3, 33, 33, 2, 2, 64, False),
-    ],
-)
-def test_attend_heads_match_float64(
-    lib: object,
-    n_batch: int,
-    n_q: int,
-    n_keys: int,
-    n_heads: int,
-    n_kv: int,
-    d: int,
-    causal: bool,
-) -> None:
-    """Weights and head outputs of a fused projection's head views (read in place, biases added
-    as read) as float64 torch computes them, with the causal triangle aligned to the last
-    query, key/value heads shared by groups of query heads, and the outputs written into the
-    heads' concatenation."""
-    g = torch.Generator().manual_seed(n_q * n_keys + d)
-    width = (n_heads + 2 * n_kv) * d
-    qkv = torch.randn(n_batch, n_keys, width, generator=g)  # (B, S, (H + 2 Hkv) D)
-    heads = qkv.view(n_batch, n_keys, n_heads + 2 * n_kv, d).transpose(1, 2)
-    q = heads[:, :n_heads, n_keys - n_q :]  # the last T tokens query
-    k, v = heads[:, n_heads : n_heads + n_kv], heads[:, n_heads + n_kv :]
-    biases = tuple(torch.randn(n * d, generator=g) for n in (n_heads, n_kv, n_kv))
-    weights = torch.full((n_batch, n_heads, n_q, n_keys), float("nan"))
-    concat = torch.full((n_batch, n_q, n_heads, d), float("nan"))
-    native.attend_heads(
-        q,
-        k,
-        v,
-        scale=0.3,
-        causal=causal,
-        biases=biases,
-        weights=weights,
-        out=concat.transpose(1, 2),
-    )
-    group = n_heads // n_kv
-    qd = q.double() + biases[0].double().view(n_heads, 1, d)
-    kd = (k.double() + biases[1].double().view(n_kv, 1, d)).repeat_interleave(group, 1)
-    vd = (v.double() + biases[2].double().view(n_kv, 1, d)).repeat_interleave(group, 1)
-    scores = 0.3 * qd @ kd.transpose(-2, -1)
-    if causal:
-        visible = torch.ones(n_q, n_keys, dtype=torch.bool).tril(n_keys - n_q)
-        scores = scores.masked_fill(~visible, float("-inf"))
-    expect = torch.softmax(scores, -1)
-    assert (weights - expect).abs().max() < 2e-6
-    assert (concat.transpose(1, 2) - expect @ vd).abs().max() < 2e-5
-
-
 def test_kernels_build_once_into_the_cache(fresh: Path) -> None:
     """The first use builds the library into ``$HEADLAB_CACHE``; a new process (here: a reset)
     loads that file instead of building again."""

@@ -1,7 +1,7 @@
 """The attention engine: the one place where headlab computes attention weights.
 
 Every attention weight headlab hands out comes from this module, ``softmax(q k^T * scale +
-mask)`` (Vaswani et al. 2017, eq. 1), by one of four entries that share its rules:
+mask)`` (Vaswani et al. 2017, eq. 1), by one of three entries that share its rules:
 
 - :func:`attention_blocks`: a model layer's output computed one block of query rows at a time,
   each block's weights, largest weight, entropy and sums over chosen key columns handed out on
@@ -10,7 +10,6 @@ mask)`` (Vaswani et al. 2017, eq. 1), by one of four entries that share its rule
   (:class:`~headlab.models.HeadCapture`);
 - :func:`explicit_attention`: :class:`~headlab.attention.MultiHeadAttention`'s explicit path
   (weights returned, differentiable);
-- :func:`attend_blocks`: that path in one native pass per block of rows (float32 CPU inference).
 
 The rules they share:
 
@@ -244,7 +243,8 @@ def attention_blocks(
         scaling: the factor on ``q k^T``.
         columns: ``(B, S, X)`` per-key values; ``mixed`` is their weighted sum per row.
         bias: additive scores ``(B|1, H|1, T, S)`` (relative position biases).
-        dtype: precision of ``q k^T`` (the softmax is float32; default: the query's dtype).
+        dtype: precision of ``q k^T`` (the softmax is float32; default: the query's dtype,
+            except float32 for float16 queries, whose scores could overflow at 65,504).
         workspace: scratch buffers to reuse (across layers too); a fresh one by default.
         lengths: each batch row's number of keys when ``mask`` is known to be right padding
             (:func:`key_lengths` of it); found from ``mask`` when not given.
@@ -262,7 +262,7 @@ def attention_blocks(
     if n_heads % n_kv:
         raise InputError(f"{n_heads} query heads cannot share {n_kv} key/value heads evenly")
     group = n_heads // n_kv
-    dtype = dtype or query.dtype
+    dtype = dtype or (torch.float32 if query.dtype == torch.float16 else query.dtype)
     # keys and values are laid out head after head (a model's head view of (B, S, Hkv, D) is
     # not): else every block's product would copy all of them again
     workspace = workspace or Workspace()
@@ -576,57 +576,24 @@ def explicit_attention(
     return head_outputs, weights
 
 
-def attend_blocks_wins(head_dim: int, n_keys: int) -> bool:
-    """Whether :func:`attend_blocks` beats torch's ops for heads of this width over this many
-    keys: the native kernels are built with their AVX-512 paths (without them MKL's products
-    win, see :func:`headlab.native.fused_scores`), heads are at most 64 wide (at 128, MKL's
-    deeper products were as fast), and one head's keys and values fit in half the L2 cache
-    (each block of rows reads them again: with 1 MiB of them in a 2 MiB L2, 0.86x torch's
-    time; with 2 MiB, 1.3x to 1.6x)."""
-    return (
-        head_dim <= 64
-        and 2 * head_dim * n_keys * 4 <= native.l2_bytes() // 2
-        and native.fused_scores()
-    )
+# ------------------------------------------------------------ the CPU backend's one seam
+# The probes' own per-block kernels (Clark et al.'s word argmax, the positional probe's offset
+# counts) belong to the same optional CPU backend; they are reached here, so that no module
+# but this one imports headlab.native.
+WordTable = native.WordTable
+word_argmax_rows = native.word_argmax_rows
+positional_rows = native.positional_rows
 
 
-def attend_blocks(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    biases: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
-    scale: float,
-    causal: bool,
-) -> AttendResult:
-    """:func:`explicit_attention` (weights returned) in one native pass per block of query rows
-    (8 with AVX-512): scores, softmax and the values' product while the block is in the L1
-    cache, instead of torch's passes over the whole ``(B, H, T, S)`` tensor. No autograd, no
-    dropout, float32 on the CPU; masks: none, or causal (bottom-right aligned, ``T <= S``), so
-    no row is ever without a key.
+def cpu_kernels() -> bool:
+    """Whether the native CPU backend is built and loaded here (it then serves CPU tensors)."""
+    return native.kernels() is not None
 
-    Args:
-        q: ``(B, H, T, D)``, k and v: ``(B, Hkv, S, D)``; any strides whose last is 1, so the
-            head views of a fused projection are read where they lie.
-        biases: the projections' biases of q, k and v (``(H D)``, ``(Hkv D)``, ``(Hkv D)`` or
-            ``None``), added as the kernel reads (the projection then skips a pass over its
-            output).
-        scale: multiplies the scores.
-        causal: query ``t`` sees keys ``j <= t + S - T``.
 
-    The head outputs come back as a ``(B, H, T, D)`` view of their concatenation ``(B, T, H D)``
-    (already laid out for the output projection).
-    """
-    b, h, t, d = q.shape
-    s = k.shape[2]
-    weights = memory.empty((b, h, t, s), dtype=q.dtype, device=q.device)  # (B, H, T, S)
-    concat = torch.empty(b, t, h, d, dtype=q.dtype, device=q.device)  # (B, T, H, D)
-    heads = concat.transpose(1, 2)  # (B, H, T, D) view
-    native.attend_heads(
-        q, k, v, scale=scale, causal=causal, biases=biases, weights=weights, out=heads
-    )
-    return AttendResult(
-        head_outputs=heads,
-        weights=weights,
-        why_not_fast_path="per-head attention weights requested",
-    )
+def cpu_kernels_missing() -> str | None:
+    """Why the native CPU backend could not be built, or ``None`` when it runs or was turned
+    off on purpose (``HEADLAB_NATIVE=0``, a CPU it is not built for): the note a command
+    prints once."""
+    if native.kernels() is not None or native.by_choice():
+        return None
+    return native.why_not()

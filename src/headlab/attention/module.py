@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headlab.attention.blocks import AttendResult, attend_blocks, attend_blocks_wins
+from headlab.attention.blocks import AttendResult
 from headlab.attention.functional import attend
 from headlab.attention.kv_cache import KVCache
 from headlab.attention.masks import combine_masks, key_real_mask
@@ -139,8 +139,7 @@ class MultiHeadAttention(nn.Module):
         """Project inputs to q ``(B, H, T, D)``, k and v ``(B, Hkv, S, D)``.
 
         The last item says whether q comes already multiplied by :attr:`scale`. For the
-        ``explicit`` path (per-head weights) without autograd where :func:`attend_blocks` does
-        not apply (no native kernels, a padding mask, ...), MHA self-attention adds the bias,
+        ``explicit`` path (per-head weights) without autograd, MHA self-attention adds the bias,
         scales q and lays the three out head by head in one fused pass (torch's own
         ``_transform_bias_rescale_qkv``): its matrix products would copy strided head views.
         The fused kernel reads the strided views as they are, and its output then lies token by
@@ -223,17 +222,6 @@ class MultiHeadAttention(nn.Module):
         any_key_mask = key_mask is not None or key_padding_mask is not None
         if kv_cache is not None and key_value is not None:
             raise ShapeError("kv_cache is for self-attention; pass key_value=None with a cache")
-        if need_weights and self._blocks_apply(
-            query, key_value, attn_mask, any_key_mask, is_causal, kv_cache
-        ):
-            return self._run_blocks(
-                query,
-                key_value,
-                is_causal=is_causal,
-                head_mask=head_mask,
-                need_head_outputs=need_head_outputs,
-                need_contributions=need_contributions,
-            )
         q, k, v, prescaled = self._project(query, key_value, explicit=need_weights)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, Hkv, past + T, D)
@@ -263,75 +251,6 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
             causal_top_left=plain_causal,
-        )
-        return self._finish(
-            result,
-            head_mask=head_mask,
-            need_head_outputs=need_head_outputs,
-            need_contributions=need_contributions,
-        )
-
-    def _blocks_apply(
-        self,
-        query: torch.Tensor,
-        key_value: torch.Tensor | None,
-        attn_mask: torch.Tensor | None,
-        any_key_mask: bool,
-        is_causal: bool,
-        kv_cache: KVCache | None,
-    ) -> bool:
-        """Whether per-head weights come from :func:`attend_blocks`: float32 on the CPU, no
-        autograd graph, no dropout, no cache, no mask other than the causal one, and a shape
-        where it wins (:func:`attend_blocks_wins`)."""
-        n_keys = query.shape[1] if key_value is None else key_value.shape[1]
-        tracked = torch.is_grad_enabled() and (
-            query.requires_grad
-            or (key_value is not None and key_value.requires_grad)
-            or any(p.requires_grad for p in self.parameters())
-        )
-        return (
-            query.device.type == "cpu"
-            and query.dtype == torch.float32
-            and self.in_proj.weight.dtype == torch.float32
-            and (key_value is None or key_value.dtype == torch.float32)
-            and not tracked
-            and not (self.training and self.dropout > 0)
-            and kv_cache is None
-            and attn_mask is None
-            and not any_key_mask
-            and n_keys > 0  # with no key at all, every head output is zero (torch's ops)
-            and (not is_causal or query.shape[1] <= n_keys)
-            and attend_blocks_wins(self.head_dim, n_keys)
-        )
-
-    def _run_blocks(
-        self,
-        query: torch.Tensor,
-        key_value: torch.Tensor | None,
-        *,
-        is_causal: bool,
-        head_mask: torch.Tensor | None,
-        need_head_outputs: bool,
-        need_contributions: bool,
-    ) -> AttentionOutput:
-        """The per-head-weights path through :func:`attend_blocks`: the projection without its
-        bias (the kernel adds it while reading q, k and v in place)."""
-        q_size, k_size, v_size = self._split_sizes()
-        weight, bias = self.in_proj.weight, self.in_proj.bias
-        if key_value is None:
-            qkv = F.linear(query, weight)  # (B, T, (H + 2 Hkv) D)
-            q, k, v = qkv.split([q_size, k_size, v_size], dim=-1)
-        else:
-            q = F.linear(query, weight[:q_size])  # (B, T, H D)
-            kv = F.linear(key_value, weight[q_size:])  # (B, S, 2 Hkv D)
-            k, v = kv.split([k_size, v_size], dim=-1)
-        b = query.shape[0]
-        q = q.view(b, -1, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(b, -1, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, D)
-        v = v.view(b, -1, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, S, D)
-        biases = (None, None, None) if bias is None else bias.split([q_size, k_size, v_size])
-        result = attend_blocks(
-            q, k, v, biases=(biases[0], biases[1], biases[2]), scale=self.scale, causal=is_causal
         )
         return self._finish(
             result,

@@ -43,11 +43,12 @@ def human_count(n: float) -> str:
 def native_note(prog: str) -> None:
     """One line on stderr when headlab's native row kernels cannot be built here (not when
     they are off by design): head statistics then run on torch's ops alone, more slowly."""
-    from headlab import native
+    from headlab.attention.blocks import cpu_kernels_missing
 
-    if native.kernels() is None and not native.by_choice():
+    reason = cpu_kernels_missing()
+    if reason is not None:
         print(
-            f"{prog}: note: {native.why_not()}; head statistics use torch's ops (slower). "
+            f"{prog}: note: {reason}; head statistics use torch's ops (slower). "
             "HEADLAB_NATIVE=0 silences this.",
             file=sys.stderr,
             flush=True,

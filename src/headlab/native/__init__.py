@@ -9,9 +9,11 @@ does each row's steps while the row is in the cache:
   largest weight and entropy (key/value heads shared by query heads without copies);
 - :func:`softmax_rows`: the softmax, largest weight and entropy of given scores;
 - :func:`word_argmax_rows`: each word's most attended word (Clark et al. 2019), block by block;
-- :func:`attend_heads`: attention with its weights for :class:`~headlab.attention.MultiHeadAttention`:
-  scores, softmax and the values' product of each block of 8 query rows while it is in the L1
-  cache, reading the heads of a fused projection in place and adding their biases as it reads.
+- :func:`positional_rows`: the positional probe's counts of argmax offsets, one pass per head.
+
+Only :mod:`headlab.attention.blocks`, the one attention engine, imports this module: it is that
+engine's optional CPU backend (the probes reach the word argmax and positional kernels through
+the engine too).
 
 It is plain C, compiled on first use with the system's C compiler (``$CC``, split into words
 as a shell would, else ``cc``; at most ``$HEADLAB_CC_TIMEOUT`` seconds, default 60) for this
@@ -79,7 +81,6 @@ _SIGNATURES = {
     "attend_rows": "pppppiiiiiiiqbiqiqiiidii",
     "word_argmax_rows": "piiipiipppippippppbii",
     "positional_rows": "pppiiiiippii",
-    "attend_heads": "pppqqqpp" + "i" * 17 + "bidpii",
 }
 _CTYPES = {
     "p": ctypes.c_void_p,
@@ -452,45 +453,6 @@ def attend_rows(
         stride_b, stride_h, stride_t, float(scale),
     )  # fmt: skip
     parallel(lambda a, b: lib.attend_rows(*args, a, b), n_batch * n_heads)
-
-
-def attend_heads(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    *,
-    scale: float,
-    causal: bool,
-    biases: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
-    weights: torch.Tensor,
-    out: torch.Tensor,
-) -> None:
-    """Attention with its weights, one block of query rows at a time (see ``rows.c``): float32
-    ``query (B, H, T, D)``, ``key`` and ``value (B, Hkv, S, D)`` in any strides whose last is 1
-    (head views of a fused projection are read in place), ``biases`` for q, k and v (``(H *
-    D)``, ``(Hkv * D)``, ``(Hkv * D)`` or ``None``) added as they are read, ``causal``
-    (bottom-right aligned, ``T <= S``). Writes the softmax of the scaled scores into contiguous
-    ``weights (B, H, T, S)`` and each head's output into ``out (B, H, T, D)`` (any strides
-    whose last is 1, e.g. a transposed view of the heads' concatenation)."""
-    lib = kernels()
-    n_batch, n_heads, n_queries, d = query.shape
-    n_kv, n_keys = key.shape[1], key.shape[2]
-    tensors = (query, key, value, weights, out, *(x for x in biases if x is not None))
-    if any(x.dtype != torch.float32 for x in tensors):
-        raise ValueError("attend_heads takes float32 tensors")
-    if causal and n_queries > n_keys:
-        raise ValueError(f"attend_heads: causal needs T <= S, got T={n_queries}, S={n_keys}")
-    failed = torch.zeros(1, dtype=torch.int32)
-    bias_q, bias_k, bias_v = (None if x is None else pointer(x) for x in biases)
-    args = (
-        row_pointer(query), row_pointer(key), row_pointer(value), bias_q, bias_k, bias_v,
-        pointer(weights), row_pointer(out), n_heads, n_heads // n_kv, n_queries, n_keys, d,
-        *query.stride()[:3], *key.stride()[:3], *value.stride()[:3], *out.stride()[:3],
-        int(causal), n_keys - n_queries, float(scale), pointer(failed),
-    )  # fmt: skip
-    parallel(lambda a, b: lib.attend_heads(*args, a, b), n_batch * n_heads)
-    if failed.item():
-        raise MemoryError("attend_heads: no memory for the keys of one head")
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from headlab.attention.blocks import WordTable, cpu_kernels
+from headlab.attention.blocks import word_argmax_rows as native_word_argmax_rows
 from headlab.models.words import Alignment
-from headlab.native import WordTable, kernels
-from headlab.native import word_argmax_rows as native_word_argmax_rows
 
 #: up to this many (words x tokens), word sums use a dense product instead of a scatter
 DENSE_LIMIT = 1 << 16
@@ -192,7 +192,7 @@ class WordArgmaxStream:
         #: scratch (reused, also by the next layer's stream: fresh large buffers cost page faults)
         self.buffer = buffer
         # the native kernel (headlab.native) sums each head's current word row by row
-        self.native = native and geo.token_word.device.type == "cpu" and kernels() is not None
+        self.native = native and geo.token_word.device.type == "cpu" and cpu_kernels()
         if self.native:
             self.table = _word_table(geo, self.key_word, self.n_real)
             self.acc = torch.zeros(n_batch, n_heads, geo.token_word.shape[1])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from headlab.native import kernels, positional_rows
+from headlab.attention.blocks import cpu_kernels, positional_rows
 from headlab.roles.bootstrap import Sums, ratio
 from headlab.roles.geometry import Geometry
 
@@ -36,12 +36,7 @@ def collect(
     n_batch, n_heads, n_rows, n_keys = pattern.shape
     if top is None:
         top = pattern.amax(-1)  # (B, H, t)
-    if (
-        native
-        and pattern.device.type == "cpu"
-        and pattern.dtype == torch.float32
-        and kernels() is not None
-    ):
+    if native and pattern.device.type == "cpu" and pattern.dtype == torch.float32 and cpu_kernels():
         counted = geo.query.to(torch.uint8)  # (B, T)
         hits, near = positional_rows(pattern, top.float(), counted, start)
         return {"positional.hits": hits, "previous": near[..., 0], "next": near[..., 1]}

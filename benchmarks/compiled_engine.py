@@ -1,4 +1,6 @@
-"""One block of attention rows and its statistics in one ``torch.compile``d function.
+"""One block of attention rows and its statistics in one ``torch.compile``d function: the
+compiled engine that ``benchmarks/engine.py`` measures against headlab's native kernels and
+torch's ops (the measured losers stay here, out of the package: see RESULTS.md).
 
 :func:`block_statistics` computes, for a block of query rows, what every head probe needs: the
 scores ``q k^T`` scaled, right padding and the causal triangle, the softmax in float32, each

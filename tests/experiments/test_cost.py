@@ -145,3 +145,16 @@ def test_cli_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monke
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "FLOPs by part" in out and "peak memory" in out and "loop / fused" in out
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headlab.experiments.cost import run_cost
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        run_cost(CostOptions.quick(device="cuda"))
+
+
+def test_default_heads_follow_the_width() -> None:
+    assert CostOptions.default_heads(768) == (1, 2, 4, 8, 12, 16, 32, 64)
+    assert CostOptions.default_heads(256) == (1, 2, 4, 8, 16, 32, 64)

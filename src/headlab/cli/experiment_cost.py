@@ -105,11 +105,11 @@ def _print_tables(data: dict[str, Any]) -> None:
         flops.add_column(col, justify="right")
     for r in rows:
         f = r["flops"]
-        same = "=" if r["params"]["headlab"] == r["params"]["torch"] else "!="
+        ours, theirs = r["params"]["headlab"], r["params"]["torch"]
         flops.add_row(
             str(r["length"]),
             f"{r['heads']} x {r['head_dim']}",
-            f"{r['params']['headlab']:,} {same} {r['params']['torch']:,}",
+            f"{ours:,}" if ours == theirs else f"{ours:,} / {theirs:,}",
             *(human_count(f[k]) for k in ("projections", "scores", "softmax", "values", "output")),
             human_count(r["spec_flops"]),
         )

@@ -88,7 +88,7 @@ class CostOptions:
     lengths: tuple[int, ...] = (512, 2048)
     batch: int = 1
     device: str = "cpu"
-    rounds: int = 2
+    rounds: int = 3
     backward: bool = True
     seed: int = 0
 

@@ -130,6 +130,7 @@ def cost_figure(data: dict[str, Any], path: str | Path) -> Path:
         for row, ylabel in ((0, "forward time (ms)"), (1, "peak forward memory (MiB)")):
             ax = axes[row][col]
             ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
             ax.set_xticks(heads, [str(h) for h in heads])
             ax.set_xlabel("heads (same width: thinner as they multiply)")
             ax.set_ylabel(ylabel)

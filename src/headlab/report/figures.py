@@ -139,6 +139,7 @@ def cost_figure(data: dict[str, Any], path: str | Path) -> Path:
             f"width {data['options']['width']}, {length} tokens, {data['device']}", fontsize=9
         )
     axes[0][0].legend(fontsize=8)
+    axes[1][0].legend(fontsize=8)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120)

@@ -37,15 +37,19 @@ def default_data() -> Path:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "experiment",
-        help="reproducible experiments (one-vs-many: one head against several)",
+        help="reproducible experiments (one-vs-many: one head against several; cost: what "
+        "heads cost)",
         description=(
             "one-vs-many: at the same width and parameter count, models with 1, 2, 4 and 8 heads "
             "on a synthetic binding task (name the subject and the object at once) and on "
             "TinyShakespeare language modelling, 3 seeds each. --quick: 1 and 4 heads, one "
-            "seed, the binding task only (under a minute)."
+            "seed, the binding task only (under a minute). cost: parameters, FLOPs by part, "
+            "time and peak memory of attention at one width for several head counts and "
+            "lengths, and heads in a Python loop against all at once (see --width, --heads, "
+            "--lengths, --device, --figure; --quick: width 256, 1/4/16 heads, 256 tokens)."
         ),
     )
-    p.add_argument("name", choices=("one-vs-many",))
+    p.add_argument("name", choices=("one-vs-many", "cost"))
     p.add_argument("--quick", action="store_true", help="a small grid, binding task only")
     p.add_argument(
         "--data",
@@ -54,10 +58,17 @@ def add_parser(sub: Any) -> None:
         "the headlab checkout)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    from headlab.cli import experiment_cost
+
+    experiment_cost.add_arguments(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.name == "cost":
+        from headlab.cli import experiment_cost
+
+        return experiment_cost.run(args)
     import sys
 
     from headlab.training.experiment import GridConfig, one_vs_many

@@ -11,7 +11,9 @@ width ``E``, window ``W_l`` and context ``C``; ``C_l = min(C, W_l)``):
   the shared rotary key instead: ``(kv_lora_rank + qk_rope_head_dim) * bytes`` per layer
   (DeepSeek-AI 2024, DeepSeek-V2 section 2.1).
 * attention FLOPs for one new token at context ``C``: ``2 * weights`` for the projections, plus
-  ``2*H_l*D*C_l`` for the scores and ``2*H_l*D_v*C_l`` for the weighted sum of values.
+  ``2*H_l*D*C_l`` for the scores and ``2*H_l*D_v*C_l`` for the weighted sum of values (matrix
+  products only; :func:`attention_flops` gives them by part, with the softmax's elementwise
+  operations beside them, ``5*H_l*C_l``, which the total leaves out).
 """
 
 from __future__ import annotations
@@ -40,6 +42,72 @@ def dtype_bytes(dtype: str) -> float:
     if key not in DTYPE_BYTES:
         raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[key]
+
+
+#: elementwise operations of a softmax per score: max, subtract, exp, sum, divide
+SOFTMAX_FLOPS_PER_SCORE = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionFlops:
+    """One layer's attention FLOPs by part, for some number of query tokens.
+
+    Attributes:
+        projections: the query, key and value projections (``2 *`` their weights per token).
+        scores: ``q k^T`` (``2*H*D`` per query and key).
+        softmax: the softmax's elementwise operations (:data:`SOFTMAX_FLOPS_PER_SCORE` per score).
+        values: the weights' product with the values (``2*H*D_v`` per query and key).
+        output: the output projection (``2 *`` its weights per token).
+    """
+
+    projections: int
+    scores: int
+    softmax: int
+    values: int
+    output: int
+
+    @property
+    def matmuls(self) -> int:
+        """The matrix products: what :func:`compute_spec` counts as attention FLOPs."""
+        return self.projections + self.scores + self.values + self.output
+
+    @property
+    def total(self) -> int:
+        """Every part, the softmax included."""
+        return self.matmuls + self.softmax
+
+    def as_dict(self) -> dict[str, int]:
+        """The JSON form: each part, ``matmuls`` and ``total``."""
+        return {
+            "projections": self.projections,
+            "scores": self.scores,
+            "softmax": self.softmax,
+            "values": self.values,
+            "output": self.output,
+            "matmuls": self.matmuls,
+            "total": self.total,
+        }
+
+
+def attention_flops(
+    *,
+    in_weights: int,
+    out_weights: int,
+    n_heads: int,
+    qk_width: int,
+    v_width: int,
+    keys: int,
+    queries: int = 1,
+) -> AttentionFlops:
+    """FLOPs by part of ``queries`` tokens attending ``keys`` keys in one layer, whose q/k/v
+    projections have ``in_weights`` weights and output projection ``out_weights``."""
+    return AttentionFlops(
+        projections=queries * 2 * in_weights,
+        scores=queries * 2 * n_heads * qk_width * keys,
+        softmax=queries * SOFTMAX_FLOPS_PER_SCORE * n_heads * keys,
+        values=queries * 2 * n_heads * v_width * keys,
+        output=queries * 2 * out_weights,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +203,15 @@ def compute_spec(lay: AttentionLayout, *, context: int = 8192, dtype: str = "bf1
         kept = context if window is None else min(context, window)
         cache_per_token += per_token
         cache_total += per_token * kept
-        flops += 2 * weights + 2 * h * qk_width * kept + 2 * h * v_width * kept
+        out_weights = h * v_width * lay.d_model
+        flops += attention_flops(
+            in_weights=weights - out_weights,
+            out_weights=out_weights,
+            n_heads=h,
+            qk_width=qk_width,
+            v_width=v_width,
+            keys=kept,
+        ).matmuls
     return HeadSpec(
         layout=lay,
         context=context,

@@ -1,0 +1,466 @@
+"""What several thin heads cost against one wide head, and heads one by one against all at once.
+
+At a fixed model width ``E`` every head count ``H`` (with ``D = E / H``) has the same
+parameters, ``4 E^2 + 4 E``, and the same matrix-product FLOPs; only the softmax's work grows
+with ``H``. This module measures, for each head count and input length, on the chosen device:
+
+* parameters, counted on the real modules (headlab's and torch's);
+* FLOPs by part, from :func:`headlab.spec.costs.attention_flops` (the formulas of ``headlab spec``);
+* time, forward and forward + backward, of :class:`~headlab.attention.MultiHeadAttention` on its
+  fused path and with per-head weights kept, each against ``torch.nn.MultiheadAttention`` of the
+  same width and heads with the same weights, and of a Python loop over heads (each head's own
+  projections and attention, as the lesson's reference writes it) against the fused module;
+* peak memory of each path's forward and forward + backward.
+
+Timing: the paths run in blocks of calls, one path's block after another's, the order rotating
+every round so that the shared machine's drift hits every path alike; a ratio is the median over
+rounds of the ratio of two paths' blocks. Memory: on CUDA ``torch.cuda.max_memory_allocated``
+during the call; on the CPU the bytes the allocator hands out, from ``torch.profiler`` with
+``profile_memory=True`` (the peak of the running sum of the allocations and frees it records),
+with headlab's huge-page tensors sent through the allocator for that call so that none escapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from headlab.attention import memory
+from headlab.attention.module import MultiHeadAttention
+from headlab.errors import ConfigError
+from headlab.spec.costs import attention_flops, compute_spec
+from headlab.spec.layout import AttentionLayout
+
+Progress = Callable[[str], None] | None
+
+#: the forward paths, in the order they are timed and shown
+FORWARD_PATHS = ("torch", "fused", "torch_weights", "weights", "loop")
+#: the forward + backward paths (the loop is a forward-only formulation)
+BACKWARD_PATHS = ("torch", "fused", "torch_weights", "weights")
+
+PATH_LABELS = {
+    "torch": "torch.nn.MultiheadAttention, no weights",
+    "fused": "headlab MultiHeadAttention, fused (no weights)",
+    "torch_weights": "torch.nn.MultiheadAttention, per-head weights",
+    "weights": "headlab MultiHeadAttention.inspect, per-head weights",
+    "loop": "a Python loop over heads (the lesson's formulation)",
+}
+
+MEMORY_METHOD = {
+    "cuda": "torch.cuda.max_memory_allocated over the call, minus what was allocated before",
+    "cpu": (
+        "torch.profiler(profile_memory=True): peak of the running sum of every allocation and "
+        "free the CPU allocator recorded during the call, in time order"
+    ),
+}
+
+TIMING_METHOD = (
+    "blocks of calls per path, alternating with a rotating order; times are medians of all "
+    "calls, ratios the median over rounds of the ratio of two paths' block medians"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostOptions:
+    """The experiment's grid and how hard to measure.
+
+    Attributes:
+        width: the model width ``E``.
+        heads: head counts; each must divide ``width``.
+        lengths: input lengths ``T`` (self-attention over ``T`` tokens, no mask).
+        batch: sequences per call ``B``.
+        device: ``"cpu"`` or ``"cuda"`` (or any torch device string).
+        rounds: rounds of alternating blocks (at least 2); more rounds, steadier ratios.
+        backward: also time forward + backward.
+        seed: seed of the weights and inputs.
+    """
+
+    width: int = 768
+    heads: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 32, 64)
+    lengths: tuple[int, ...] = (512, 2048)
+    batch: int = 1
+    device: str = "cpu"
+    rounds: int = 3
+    backward: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("width", "batch", "rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.rounds < 2:
+            raise ConfigError(f"rounds must be at least 2 (ratios need two), got {self.rounds}")
+        if not self.heads or not self.lengths:
+            raise ConfigError(
+                f"heads and lengths must be non-empty, got {self.heads!r}, {self.lengths!r}"
+            )
+        for h in self.heads:
+            if isinstance(h, bool) or not isinstance(h, int) or h < 1 or self.width % h:
+                raise ConfigError(
+                    f"each head count must be a positive divisor of width {self.width}, got {h!r}"
+                )
+        for t in self.lengths:
+            if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+                raise ConfigError(f"each length must be a positive integer, got {t!r}")
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> CostOptions:
+        """A grid for a quick look (seconds on a laptop CPU): width 256, 1, 4 and 16 heads,
+        256 tokens."""
+        base: dict[str, Any] = {"width": 256, "heads": (1, 4, 16), "lengths": (256,)}
+        base.update(overrides)
+        return cls(**base)
+
+    @classmethod
+    def default_heads(cls, width: int) -> tuple[int, ...]:
+        """The default head counts that divide ``width``."""
+        return tuple(h for h in cls.heads if width % h == 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostRow:
+    """One head count at one length: what it has, what it computes, what it took.
+
+    Times are seconds (medians), memory bytes; ``None`` where not measured.
+    """
+
+    heads: int
+    head_dim: int
+    length: int
+    params: dict[str, int]
+    flops: dict[str, int]
+    spec_flops: int
+    weights_bytes: int
+    forward_s: dict[str, float]
+    forward_backward_s: dict[str, float | None]
+    ratios: dict[str, float | None]
+    ratio_spread: dict[str, list[float] | None]
+    memory_forward: dict[str, int]
+    memory_forward_backward: dict[str, int | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostResult:
+    """The experiment's result: its options, how it measured, and one row per grid point."""
+
+    options: CostOptions
+    device: str
+    memory_method: str
+    timing_method: str
+    rows: tuple[CostRow, ...]
+    wall_s: float
+    paths: dict[str, str] = field(default_factory=lambda: dict(PATH_LABELS))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: ``options``, ``device``, ``paths``, ``memory_method``,
+        ``timing_method``, ``wall_s`` and ``rows`` (see :class:`CostRow` for their keys)."""
+        options = asdict(self.options)
+        options["heads"] = list(self.options.heads)
+        options["lengths"] = list(self.options.lengths)
+        return {
+            "options": options,
+            "device": self.device,
+            "paths": dict(self.paths),
+            "memory_method": self.memory_method,
+            "timing_method": self.timing_method,
+            "wall_s": round(self.wall_s, 2),
+            "rows": [asdict(r) for r in self.rows],
+        }
+
+
+# ---------------------------------------------------------------------- the formulations
+def loop_over_heads(module: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+    """Self-attention of ``x`` ``(B, T, E)`` one head after another, each with its own slices of
+    ``module``'s weights: its query, key and value projections, its scores, softmax and values'
+    product, and its share of the output projection, summed (as
+    :func:`headlab.attention.reference.reference_attention` writes it, in torch). Multi-head
+    modules only (``n_kv_heads == n_heads``)."""
+    if module.n_kv_heads != module.n_heads:
+        raise ConfigError(
+            f"loop_over_heads needs n_kv_heads == n_heads, got {module.n_kv_heads} and "
+            f"{module.n_heads}"
+        )
+    h, d, e = module.n_heads, module.head_dim, module.d_model
+    w, b = module.in_proj.weight, module.in_proj.bias  # ((3 H D), E), (3 H D,)
+    w_o, b_o = module.out_proj.weight, module.out_proj.bias  # (E, H D), (E,)
+    out = x.new_zeros(x.shape[0], x.shape[1], e)  # (B, T, E)
+    for i in range(h):
+        rows = [slice(part * h * d + i * d, part * h * d + (i + 1) * d) for part in range(3)]
+        q, k, v = (
+            F.linear(x, w[r], None if b is None else b[r])  # (B, T, D) each
+            for r in rows
+        )
+        scores = q @ k.transpose(1, 2) * module.scale  # (B, T, S)
+        pattern = scores.softmax(dim=-1)  # (B, T, S)
+        head = pattern @ v  # (B, T, D)
+        out = out + F.linear(head, w_o[:, i * d : (i + 1) * d])  # (B, T, E)
+    return out if b_o is None else out + b_o
+
+
+def _paths(
+    ours: MultiHeadAttention, theirs: nn.MultiheadAttention, x: torch.Tensor
+) -> dict[str, Callable[[], object]]:
+    """Forward calls of every path, to run under ``torch.inference_mode``."""
+
+    def inspect() -> object:
+        return ours.inspect(x, need_head_outputs=False, need_contributions=False).weights
+
+    return {
+        "torch": lambda: theirs(x, x, x, need_weights=False)[0],
+        "fused": lambda: ours(x),
+        "torch_weights": lambda: theirs(x, x, x, need_weights=True, average_attn_weights=False),
+        "weights": inspect,
+        "loop": lambda: loop_over_heads(ours, x),
+    }
+
+
+def _backward_paths(
+    ours: MultiHeadAttention, theirs: nn.MultiheadAttention, x: torch.Tensor
+) -> dict[str, Callable[[], object]]:
+    """Forward + backward calls (the loss sums the output, and the weights where kept)."""
+    xg = x.detach().clone().requires_grad_(True)
+
+    def torch_fb(weights: bool) -> None:
+        out, w = theirs(xg, xg, xg, need_weights=weights, average_attn_weights=False)
+        (out.sum() + (w.sum() if w is not None else 0)).backward()
+
+    def ours_fb(weights: bool) -> None:
+        r = ours.inspect(
+            xg, need_weights=weights, need_head_outputs=False, need_contributions=False
+        )
+        (r.output.sum() + (r.weights.sum() if r.weights is not None else 0)).backward()
+
+    return {
+        "torch": lambda: torch_fb(False),
+        "fused": lambda: ours_fb(False),
+        "torch_weights": lambda: torch_fb(True),
+        "weights": lambda: ours_fb(True),
+    }
+
+
+# ---------------------------------------------------------------------- measuring
+@contextlib.contextmanager
+def _allocator_only() -> Iterator[None]:
+    """Send headlab's large CPU tensors through torch's allocator (no huge-page mappings), so
+    that the profiler sees every byte."""
+    saved = memory.HUGE_PAGES
+    memory.HUGE_PAGES = False
+    try:
+        yield
+    finally:
+        memory.HUGE_PAGES = saved
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
+    """Peak bytes allocated while ``fn()`` runs, beyond what was allocated before (see
+    :data:`MEMORY_METHOD`). The result of ``fn`` counts while it lives, then is dropped."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result = fn()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
+        del result
+        return int(peak)
+    from torch.profiler import ProfilerActivity, profile
+
+    with _allocator_only(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+        del result
+    # every allocation (+) and free (-) the CPU allocator reported, in time order
+    records = prof.profiler.kineto_results.events() if prof.profiler is not None else []
+    changes = sorted((e.start_ns(), e.nbytes()) for e in records if e.name() == "[memory]")
+    running = peak = 0
+    for _, change in changes:
+        running += change
+        peak = max(peak, running)
+    return int(peak)
+
+
+def _sync(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Timed:
+    seconds: dict[str, float]
+    blocks: dict[str, list[float]]
+
+
+def alternate(
+    calls: dict[str, Callable[[], object]],
+    *,
+    rounds: int,
+    once: float,
+    sync: Callable[[], None] = lambda: None,
+) -> _Timed:
+    """Time ``calls`` in alternating blocks: each round runs every call's block, the order
+    rotating by one each round; a block holds enough calls for about 0.2 s (1 to 5) given that
+    one call takes about ``once`` seconds. Returns every call's median and its block medians."""
+    names = list(calls)
+    block = max(1, min(5, int(0.2 / max(once, 1e-6))))
+    times: dict[str, list[float]] = {n: [] for n in names}
+    blocks: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            fn = calls[name]
+            own = []
+            for _ in range(block):
+                start = time.perf_counter()
+                fn()
+                sync()
+                own.append(time.perf_counter() - start)
+            times[name] += own
+            blocks[name].append(statistics.median(own))
+    return _Timed(seconds={n: statistics.median(t) for n, t in times.items()}, blocks=blocks)
+
+
+def _ratio(timed: _Timed, num: str, den: str) -> tuple[float, list[float]]:
+    """Median of the per-round ratios ``num / den`` and their (min, max)."""
+    ratios = [a / b for a, b in zip(timed.blocks[num], timed.blocks[den], strict=True)]
+    return statistics.median(ratios), [min(ratios), max(ratios)]
+
+
+def _warm_and_measure(
+    calls: dict[str, Callable[[], object]], device: torch.device
+) -> tuple[dict[str, int], float]:
+    """One untimed call of each path (its warm-up) measures its peak memory; returns the peaks
+    and the slowest of those calls' times (an upper bound, to size the timing blocks)."""
+    peaks = {}
+    slowest = 0.0
+    for name, fn in calls.items():
+        start = time.perf_counter()
+        peaks[name] = peak_bytes(fn, device)
+        slowest = max(slowest, time.perf_counter() - start)
+    return peaks, slowest
+
+
+def count_params(module: nn.Module) -> int:
+    """Parameters of ``module``, counted on its tensors."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def flops_by_part(width: int, heads: int, length: int, batch: int = 1) -> dict[str, int]:
+    """FLOPs by part of ``batch`` self-attentions over ``length`` tokens at ``width`` and
+    ``heads`` (see :func:`headlab.spec.costs.attention_flops`)."""
+    d = width // heads
+    parts = attention_flops(
+        in_weights=3 * width * heads * d,
+        out_weights=heads * d * width,
+        n_heads=heads,
+        qk_width=d,
+        v_width=d,
+        keys=length,
+        queries=batch * length,
+    )
+    return parts.as_dict()
+
+
+def spec_flops(width: int, heads: int, length: int, batch: int = 1) -> int:
+    """What ``headlab spec`` says: its per-token attention FLOPs at context ``length`` for a
+    one-layer layout of this width and heads, times the tokens."""
+    layout = AttentionLayout(
+        model_type="cost-experiment",
+        n_layers=1,
+        heads_per_layer=(heads,),
+        kv_heads_per_layer=(heads,),
+        head_dim=width // heads,
+        d_model=width,
+        layer_windows=(None,),
+    )
+    per_token = compute_spec(layout, context=length, dtype="fp32").attention_flops_per_token
+    return batch * length * per_token
+
+
+def measure_point(opts: CostOptions, heads: int, length: int, device: torch.device) -> CostRow:
+    """Every number of one grid point."""
+    torch.manual_seed(opts.seed)
+    e = opts.width
+    theirs = nn.MultiheadAttention(e, heads, batch_first=True, device=device).eval()
+    ours = MultiHeadAttention.from_torch(theirs).eval()
+    x = torch.randn(opts.batch, length, e, device=device)
+    sync = _sync(device)
+
+    with torch.inference_mode():
+        calls = _paths(ours, theirs, x)
+        mem_fwd, once = _warm_and_measure(calls, device)
+        fwd = alternate(calls, rounds=opts.rounds, once=once, sync=sync)
+    ratios: dict[str, float | None] = {}
+    spread: dict[str, list[float] | None] = {}
+    for key, num, den in (
+        ("fused_vs_torch", "fused", "torch"),
+        ("weights_vs_torch", "weights", "torch_weights"),
+        ("loop_vs_fused", "loop", "fused"),
+    ):
+        ratios[key], spread[key] = _ratio(fwd, num, den)
+
+    fb_s: dict[str, float | None] = dict.fromkeys(BACKWARD_PATHS)
+    mem_fb: dict[str, int | None] = dict.fromkeys(BACKWARD_PATHS)
+    for key in ("fused_vs_torch_fb", "weights_vs_torch_fb"):
+        ratios[key] = spread[key] = None
+    if opts.backward:
+        bcalls = _backward_paths(ours, theirs, x)
+        peaks, once = _warm_and_measure(bcalls, device)
+        fb = alternate(bcalls, rounds=opts.rounds, once=once, sync=sync)
+        fb_s.update(fb.seconds)
+        mem_fb.update(peaks)
+        ratios["fused_vs_torch_fb"], spread["fused_vs_torch_fb"] = _ratio(fb, "fused", "torch")
+        ratios["weights_vs_torch_fb"], spread["weights_vs_torch_fb"] = _ratio(
+            fb, "weights", "torch_weights"
+        )
+    n_ours, n_theirs = count_params(ours), count_params(theirs)
+    return CostRow(
+        heads=heads,
+        head_dim=e // heads,
+        length=length,
+        params={"headlab": n_ours, "torch": n_theirs, "loop": n_ours},
+        flops=flops_by_part(e, heads, length, opts.batch),
+        spec_flops=spec_flops(e, heads, length, opts.batch),
+        weights_bytes=opts.batch * heads * length * length * x.element_size(),
+        forward_s=fwd.seconds,
+        forward_backward_s=fb_s,
+        ratios=ratios,
+        ratio_spread=spread,
+        memory_forward=mem_fwd,
+        memory_forward_backward=mem_fb,
+    )
+
+
+def run_cost(opts: CostOptions, *, progress: Progress = None) -> CostResult:
+    """Measure every head count at every length (see the module's docstring)."""
+    device = torch.device(opts.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for, but torch sees no CUDA device here")
+    start = time.perf_counter()
+    rows = []
+    for length in opts.lengths:
+        for heads in opts.heads:
+            if progress is not None:
+                progress(f"cost: {heads} head(s) of {opts.width // heads}, {length} tokens")
+            rows.append(measure_point(opts, heads, length, device))
+    return CostResult(
+        options=opts,
+        device=str(device),
+        memory_method=MEMORY_METHOD["cuda" if device.type == "cuda" else "cpu"],
+        timing_method=TIMING_METHOD,
+        rows=tuple(rows),
+        wall_s=time.perf_counter() - start,
+    )
+
+
+def rows_of(result: CostResult, length: int) -> Sequence[CostRow]:
+    """The rows at one length, in head order."""
+    return [r for r in result.rows if r.length == length]

@@ -1,0 +1,160 @@
+"""``headlab experiment cost``: same parameters and FLOPs across head counts, FLOPs by part as
+``headlab spec`` counts them, the loop over heads equal to the batched module, and the CLI's JSON
+and figure. No timing assertions: speed is measured, not tested."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from headlab.attention import MultiHeadAttention
+from headlab.errors import ConfigError
+from headlab.experiments.cost import (
+    CostOptions,
+    count_params,
+    flops_by_part,
+    loop_over_heads,
+    peak_bytes,
+    spec_flops,
+)
+
+
+def test_parameters_are_identical_across_head_counts() -> None:
+    """At width 96 every head count that divides it has 4 E^2 + 4 E parameters, in headlab's
+    module and in torch's."""
+    e = 96
+    counts = set()
+    for h in (1, 2, 3, 4, 8, 12, 32, 96):
+        counts.add(count_params(MultiHeadAttention(d_model=e, n_heads=h)))
+        counts.add(count_params(nn.MultiheadAttention(e, h, batch_first=True)))
+    assert counts == {4 * e * e + 4 * e}
+
+
+def test_flops_by_part_sum_to_spec_total_and_match_by_hand() -> None:
+    e, h, t, b = 768, 12, 512, 2
+    d = e // h
+    parts = flops_by_part(e, h, t, b)
+    tokens = b * t
+    assert parts["projections"] == tokens * 2 * 3 * e * e
+    assert parts["scores"] == tokens * 2 * h * d * t
+    assert parts["values"] == tokens * 2 * h * d * t
+    assert parts["output"] == tokens * 2 * e * e
+    assert parts["softmax"] == tokens * 5 * h * t
+    matmuls = sum(parts[k] for k in ("projections", "scores", "values", "output"))
+    assert parts["matmuls"] == matmuls == spec_flops(e, h, t, b)
+    assert parts["total"] == matmuls + parts["softmax"]
+    # the matrix products do not depend on how the width is cut into heads
+    assert {flops_by_part(e, n, t)["matmuls"] for n in (1, 4, 64)} == {
+        flops_by_part(e, 1, t)["matmuls"]
+    }
+
+
+@pytest.mark.parametrize(("heads", "bias"), [(1, True), (4, True), (16, False)])
+def test_loop_over_heads_equals_the_batched_module(heads: int, bias: bool) -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=64, n_heads=heads, bias=bias).eval()
+    if bias:
+        with torch.no_grad():
+            mha.in_proj.bias.normal_()
+            mha.out_proj.bias.normal_()
+    x = torch.randn(2, 37, 64)
+    with torch.no_grad():
+        expected = mha(x)
+        got = loop_over_heads(mha, x)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_loop_over_heads_refuses_grouped_heads() -> None:
+    with pytest.raises(ConfigError, match="n_kv_heads"):
+        loop_over_heads(
+            MultiHeadAttention(d_model=32, n_heads=4, n_kv_heads=2), torch.randn(1, 3, 32)
+        )
+
+
+def test_peak_bytes_sees_a_known_allocation() -> None:
+    """A call that allocates one 4 MiB tensor peaks at least there (CPU profiler method)."""
+    peak = peak_bytes(lambda: torch.ones(1 << 20), torch.device("cpu"))
+    assert peak >= 4 << 20
+
+
+def test_options_refuse_heads_that_do_not_divide() -> None:
+    with pytest.raises(ConfigError, match="divisor of width 256"):
+        CostOptions.quick(heads=(3,))
+    with pytest.raises(ConfigError, match="rounds"):
+        CostOptions(rounds=1)
+
+
+KEYS = {"options", "device", "paths", "memory_method", "timing_method", "wall_s", "rows"}
+ROW_KEYS = {
+    "heads",
+    "head_dim",
+    "length",
+    "params",
+    "flops",
+    "spec_flops",
+    "weights_bytes",
+    "forward_s",
+    "forward_backward_s",
+    "ratios",
+    "ratio_spread",
+    "memory_forward",
+    "memory_forward_backward",
+}
+
+
+def test_cli_quick_json_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from headlab.cli import main
+
+    figure = tmp_path / "out" / "cost.png"
+    argv = ["experiment", "cost", "--quick", "--heads", "1,8", "--lengths", "32", "--json"]
+    assert main([*argv, "--figure", str(figure)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == KEYS
+    assert data["device"] == "cpu"
+    assert [(r["heads"], r["length"]) for r in data["rows"]] == [(1, 32), (8, 32)]
+    for row in data["rows"]:
+        assert set(row) == ROW_KEYS
+        assert row["params"]["headlab"] == row["params"]["torch"] == 4 * 256 * 256 + 4 * 256
+        assert set(row["forward_s"]) == {"torch", "fused", "torch_weights", "weights", "loop"}
+        assert set(row["ratios"]) == {
+            "fused_vs_torch",
+            "weights_vs_torch",
+            "loop_vs_fused",
+            "fused_vs_torch_fb",
+            "weights_vs_torch_fb",
+        }
+        assert row["flops"]["matmuls"] == row["spec_flops"]
+        # the kept weights are in the weights path's peak, not in the fused path's
+        assert row["memory_forward"]["weights"] >= row["weights_bytes"]
+    eight = data["rows"][1]
+    assert eight["memory_forward"]["fused"] < eight["memory_forward"]["weights"]
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in figure.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from headlab.cli import main
+
+    monkeypatch.setenv("COLUMNS", "240")  # one line per row, whatever the terminal
+
+    argv = ["experiment", "cost", "--quick", "--heads", "4", "--lengths", "16", "--no-backward"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "FLOPs by part" in out and "peak memory" in out and "loop / fused" in out
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headlab.experiments.cost import run_cost
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        run_cost(CostOptions.quick(device="cuda"))
+
+
+def test_default_heads_follow_the_width() -> None:
+    assert CostOptions.default_heads(768) == (1, 2, 4, 8, 12, 16, 32, 64)
+    assert CostOptions.default_heads(256) == (1, 2, 4, 8, 16, 32, 64)

@@ -136,3 +136,25 @@ def test_two_contexts_computing_the_output_are_refused(folder: Path) -> None:
         with torch.no_grad():
             lm.model(**batch)
     assert consumer.done == [0, 1]
+
+
+def test_a_float64_model_gets_float64_patterns(tmp_path: Path) -> None:
+    """A model loaded in float64 gets its patterns in float64, equal to HF eager attention's in
+    float64 far below float32's rounding (BERT's eager softmax runs in the model's dtype; the
+    Llama family's upcasts to float32, so it could not tell)."""
+    from transformers import AutoModel
+
+    path = build("bert", tmp_path / "bert")
+    lm = load(path, dtype=torch.float64)
+    batch = encode(lm, ["The chef who trained in Paris prepared the fish.", "A cat."])
+    with torch.no_grad(), HeadCapture(lm) as cap:
+        lm.model(**batch)
+    eager = AutoModel.from_pretrained(path, attn_implementation="eager", dtype=torch.float64)
+    with torch.no_grad():
+        maps = eager(**batch, output_attentions=True).attentions
+    for layer in range(lm.n_layers):
+        pattern = cap.pattern(layer)
+        assert pattern.dtype == torch.float64
+        real = batch["attention_mask"].bool()[:, None, :, None]  # (B, 1, T, 1) unpadded rows
+        gap = ((pattern - maps[layer]).abs() * real).max()
+        assert gap < 1e-12, (layer, float(gap))

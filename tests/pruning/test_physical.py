@@ -132,6 +132,10 @@ def test_cli_on_a_model_pruned_layer_by_layer(
     shown = json.loads(capsys.readouterr().out)["heads"]
     for layer, count in enumerate(counts):
         assert [h["head"] for h in shown if h["layer"] == layer] == list(range(count))
+    # each head keeps its id in the unpruned model (4 heads; 0 and 2 of layer 0, 1 of layer 1 gone)
+    kept = {0: [1, 3], 1: [0, 2, 3]}
+    for layer, ids in kept.items():
+        assert [h["original_head"] for h in shown if h["layer"] == layer] == ids
     assert main(["heads", "--model", str(out), "--head", str(max(counts)), "--json"]) == 1
     assert "out of range" in capsys.readouterr().err
 

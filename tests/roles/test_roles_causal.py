@@ -91,6 +91,10 @@ def test_roles_of_a_model_pruned_layer_by_layer(tmp_path: Path, family: str) -> 
     small = measure_roles(small_lm, tb, options=opts)
     assert len(small.heads) == sum(counts)
     assert small.to_json()["heads_in_layer"] == counts
+    # each head keeps its id in the unpruned model: layer 0 lost heads 0 and 2, layer 1 head 1
+    shown = small.to_json()["heads"]
+    assert [h["original_head"] for h in shown if h["layer"] == 0] == [1, 3]
+    assert [h["original_head"] for h in shown if h["layer"] == 1] == [0, 2, 3]
     grid = small.grid()
     for layer, count in enumerate(counts):
         assert grid[layer][count:] == ["-"] * (small.n_heads - count)

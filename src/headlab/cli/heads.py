@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     word = args.word or _default_word(args.text, wa.alignment)
     wa.alignment.word_index(word)  # a clear error if the word is missing
     rows = []
+    ids = lm.head_ids()  # a pruned folder's heads keep their unpruned ids
     for layer in layers:
         for head in args.head or range(counts[layer]):
             if head >= counts[layer]:
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 {
                     "layer": layer,
                     "head": head,
+                    "original_head": ids[layer][head],
                     "top": [
                         {"word": w, "weight": round(x, 4)}
                         for w, x in wa.top(layer, head, word, args.top)

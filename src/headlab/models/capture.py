@@ -77,18 +77,19 @@ def attention_pattern(
     scaling: float,
     heads: Sequence[int] | None = None,
     rows: tuple[int, int] | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) for the chosen heads and query rows, from the attention
     engine (:func:`headlab.attention.blocks.attention_weights`; rows with no visible key are
     zeros).
 
     ``rows=(start, stop)`` computes only those query positions (for block-wise statistics that
-    never hold a full ``T x T`` pattern); ``dtype`` is the precision of the product (the softmax
-    is always taken in float32); ``is_causal`` adds the bottom-right aligned causal triangle.
+    never hold a full ``T x T`` pattern); ``dtype`` is the precision of the product and the
+    softmax (default float32, float64 for float64 queries); ``is_causal`` adds the bottom-right
+    aligned causal triangle.
 
     Shape:
-        q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``; returns ``(B, h, t, S)`` float32.
+        q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``; returns ``(B, h, t, S)``.
     """
     return attention_weights(
         q,
@@ -234,10 +235,11 @@ class HeadCapture:
         heads: Sequence[int] | None = None,
         *,
         rows: tuple[int, int] | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         """Attention weights ``(B, h, T, S)`` of ``heads`` (default all) of ``layer``; only query
-        rows ``start:stop`` with ``rows``; the product in ``dtype`` (softmax in float32)."""
+        rows ``start:stop`` with ``rows``; the product and softmax in ``dtype`` (default float32,
+        float64 for a float64 model)."""
         rec, q, k = self._queries_keys(layer)
         if heads is not None:
             self._check_heads(layer, heads)

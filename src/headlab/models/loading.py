@@ -92,6 +92,14 @@ class LoadedModel:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def head_ids(self) -> list[list[int]]:
+        """For each layer, the original id of each of its heads: ``range`` unless the folder
+        was pruned by headlab, whose ``config.json`` records the kept heads' ids."""
+        info = getattr(self.model.config, "headlab_pruned", None)
+        if isinstance(info, dict) and "head_ids" in info:
+            return [[int(i) for i in ids] for ids in info["head_ids"]]
+        return [list(range(n)) for n in self.layout.heads_per_layer]
+
     @property
     def max_positions(self) -> int | None:
         """Longest input in tokens the model accepts (``None`` when unbounded)."""

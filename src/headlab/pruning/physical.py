@@ -34,10 +34,7 @@ KIND = "pruned-model"
 
 def head_ids(lm: LoadedModel) -> list[list[int]]:
     """For each layer, the original index of each current head (``range`` if never pruned)."""
-    info = getattr(lm.model.config, PRUNED_KEY, None)
-    if info:
-        return [list(ids) for ids in info["head_ids"]]
-    return [list(range(n)) for n in lm.layout.heads_per_layer]
+    return lm.head_ids()
 
 
 def prune_model(lm: LoadedModel, remove: Mapping[int, Iterable[int]]) -> LoadedModel:

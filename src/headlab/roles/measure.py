@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -88,13 +89,13 @@ def measure_roles(
     counts = tuple(lm.layout.heads_per_layer)  # a model pruned layer by layer has fewer in some
     present = torch.arange(lm.n_heads)[None, :] < torch.tensor(counts)[:, None]  # (L, H)
     heads = []
+    ids = lm.head_ids()  # a pruned folder's heads keep their unpruned ids
     for layer in range(lm.n_layers):
         for h in range(counts[layer]):
-            heads.append(
-                head_role(
-                    layer, h, dominant, excess, evidence, scores, relations, options.replicates
-                )
+            role = head_role(
+                layer, h, dominant, excess, evidence, scores, relations, options.replicates
             )
+            heads.append(replace(role, original_head=ids[layer][h]))
     used = len(treebank) - sum(tb_skipped.values())
     data: dict[str, Any] = {
         "treebank": {"sentences": len(treebank), "used": used, "skipped": tb_skipped},

@@ -24,6 +24,8 @@ class HeadRole:
     detail: str
     stability: float | None
     scores: dict[str, float | None]
+    #: the head's id in the unpruned model (differs from ``head`` in a folder pruned by headlab)
+    original_head: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,9 +30,10 @@ def attention_weights(
     scaling: float,
     heads: list[int] | tuple[int, ...] | None = None,
     rows: tuple[int, int] | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """``softmax(q k^T * scaling + mask)`` for the chosen heads and query rows, float32.
+    """``softmax(q k^T * scaling + mask)`` for the chosen heads and query rows, in float32
+    (float64 for a float64 model).
 
     Args:
         q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``, ``H`` a multiple of ``Hkv``.
@@ -41,7 +42,8 @@ def attention_weights(
         heads: query heads to compute (default all).
         rows: ``(start, stop)``, only those query positions (block-wise statistics never hold
             a whole ``T x S`` pattern).
-        dtype: precision of the product ``q k^T`` (the softmax is always float32).
+        dtype: precision of the product ``q k^T`` and of the softmax (at least float32):
+            default float32, or float64 for float64 queries.
 
     Shape:
         returns ``(B, h, t, S)``; rows with no visible key are zeros.
@@ -53,6 +55,9 @@ def attention_weights(
     group = n_heads // n_kv
     start, stop = rows if rows is not None else (0, n_queries)
     t = stop - start
+    if dtype is None:
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    out_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     m = mask
     if heads is None:  # the heads of a KV group stacked as rows: keys read once per group
         q_rows = q[:, :, start:stop].to(dtype).reshape(n_batch, n_kv, group * t, d)
@@ -65,7 +70,7 @@ def attention_weights(
         scores = torch.matmul(q_sel, k_sel.transpose(-2, -1))  # (B, h, t, S)
         if m is not None and m.dim() == 4 and m.shape[1] == n_heads and n_heads > 1:
             m = m.index_select(1, idx.to(m.device))
-    scores = scores.float() if scores.dtype != torch.float32 else scores
+    scores = scores.to(out_dtype) if scores.dtype != out_dtype else scores
     scores.mul_(scaling)
     empty_rows = _mask_scores(
         scores, mask=m, bias=None, lengths=None, causal=causal, start=start,

@@ -322,6 +322,26 @@ def test_trees_that_are_not_one_tree_are_skipped_and_counted(files: Path) -> Non
     assert len(read_conllu(files / "trees.conllu")) == 1
 
 
+def test_roles_report_the_trees_left_out(
+    files: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """headlab roles counts the sentences its reader left out in the JSON's skips, by reason,
+    beside those the model could not align."""
+    import json
+
+    from headlab.models.loading import bundled_model_path
+
+    monkeypatch.chdir(files)
+    model = str(bundled_model_path("tiny-shakespeare"))
+    argv = ["roles", "--model", model, "--treebank", "trees.conllu", "--no-gap", "--json"]
+    assert main([*argv, "--replicates", "0", "--device", "cpu"]) == 0
+    data = json.loads(capsys.readouterr().out)["data"]["treebank"]
+    assert data["sentences"] == 1 + len(TREES)
+    for reason in TREES:
+        assert data["skipped"][reason] == 1
+    assert data["used"] + sum(data["skipped"].values()) == data["sentences"]
+
+
 def test_gap_rows_pronoun_as_candidate_skipped_and_line_separator_kept(files: Path) -> None:
     from headlab.datasets import read_gap
 

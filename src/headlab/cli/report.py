@@ -108,7 +108,7 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.datasets import read_conllu, read_frequencies, read_gap, sample_path
+    from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
     from headlab.errors import InputError
     from headlab.report import write_report
     from headlab.roles import RoleOptions, measure_roles
@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
+    gold = read_treebank(args.treebank or sample_path("treebank"), limit=args.limit)
+    treebank = gold.sentences
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     lm = load_model(args)
     if args.prune and lm.causal:  # before the roles, not after
@@ -146,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
     roles = measure_roles(
         lm,
-        treebank,
+        gold,
         gap=gap,
         frequencies=read_frequencies(sample_path("frequencies")),
         options=RoleOptions(replicates=args.replicates, progress=sys.stderr.isatty()),

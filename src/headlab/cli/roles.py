@@ -75,7 +75,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.datasets import read_conllu, read_frequencies, read_gap, sample_path
+    from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
     from headlab.errors import InputError
     from headlab.roles import RoleOptions, measure_roles
 
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    treebank = read_conllu(args.treebank or sample_path("treebank"), limit=args.limit)
+    gold = read_treebank(args.treebank or sample_path("treebank"), limit=args.limit)
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     frequencies = read_frequencies(args.frequencies or sample_path("frequencies"))
     if args.bf16:
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     native_note("headlab roles")
     report = measure_roles(
         lm,
-        treebank,
+        gold,
         gap=gap,
         frequencies=frequencies,
         options=RoleOptions(

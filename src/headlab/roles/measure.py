@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from headlab.datasets.gap import GapData
-from headlab.datasets.treebank import TreebankSentence
+from headlab.datasets.treebank import TreebankData, TreebankSentence
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.roles.bootstrap import Sums
@@ -41,7 +41,7 @@ __all__ = [
 
 def measure_roles(
     lm: LoadedModel,
-    treebank: Sequence[TreebankSentence],
+    treebank: Sequence[TreebankSentence] | TreebankData,
     *,
     gap: GapData | None = None,
     frequencies: Counter[str] | None = None,
@@ -51,12 +51,19 @@ def measure_roles(
 
     Args:
         lm: the model.
-        treebank: gold sentences (positional, delimiter, broad, rare-token, syntactic probes).
+        treebank: gold sentences (positional, delimiter, broad, rare-token, syntactic probes);
+            a :class:`~headlab.datasets.treebank.TreebankData` also brings the counts of the
+            sentences its reader left out (not one tree), which join the report's skips.
         gap: GAP examples (coreference probe); ``None`` skips it.
         frequencies: word counts for the rare-token probe (default: the treebank's own).
         options: replicates, seed, batch size, thresholds.
     """
     from headlab.datasets.treebank import word_frequencies
+
+    read_skipped: dict[str, int] = {}
+    if isinstance(treebank, TreebankData):
+        read_skipped = {k: n for k, n in treebank.skipped.items() if n}
+        treebank = treebank.sentences
 
     options = options or RoleOptions()
     if options.replicates < 0:
@@ -98,7 +105,11 @@ def measure_roles(
             heads.append(replace(role, original_head=ids[layer][h]))
     used = len(treebank) - sum(tb_skipped.values())
     data: dict[str, Any] = {
-        "treebank": {"sentences": len(treebank), "used": used, "skipped": tb_skipped},
+        "treebank": {
+            "sentences": len(treebank) + sum(read_skipped.values()),
+            "used": used,
+            "skipped": {**tb_skipped, **read_skipped},
+        },
     }
     coref_result = None
     if gap is not None and gap_sums is not None:
@@ -106,7 +117,7 @@ def measure_roles(
         data["gap"] = {
             "rows": len(gap.examples) + sum(gap.skipped.values()),
             "used": n_used,
-            "skipped": gap_skipped,
+            "skipped": {**gap_skipped, **{k: n for k, n in gap.skipped.items() if n}},
         }
         if n_used:
             acc = scores["coreference"][0].masked_fill(~present, torch.nan)  # (L, H)

@@ -142,6 +142,11 @@ CASES: dict[str, Case] = {
     "report --word not in the sentence": Case(
         ["report", "--word", "salmon", "--out", "r"], 1, "word 'salmon' is not in the sentence"
     ),
+    "report --word in none of the sentences": Case(
+        ["report", "--sentence", "Your own sentence.", "--word", "salmon", "--out", "r"],
+        1,
+        "--word 'salmon' is in none of the viewer's sentences",
+    ),
     "report --word#3": Case(["report", "--word", "the#3", "--out", "r"], 1, "occurs 2 time(s)"),
     "train --vocab 0": Case(
         ["train", "--text", f"{F}/text.txt", "--out", "m", "--vocab", "0"], 2, "257..65,536"

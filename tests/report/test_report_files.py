@@ -164,3 +164,18 @@ def test_the_viewer_opens_on_the_chosen_occurrence() -> None:
     assert _focus_index(sentence, "the#2") == 4
     assert _focus_index(sentence, "the#3") == -1  # absent: the viewer opens on no word
     assert _focus_index(sentence, "[CLS]") == -1  # special tokens are not words to follow
+
+
+def test_the_viewer_opens_on_the_first_sentence_that_has_the_word() -> None:
+    """``report --sentence "Your own sentence." --word own``: the lesson's sentence lacks
+    "own", so the viewer opens on the user's sentence at that word."""
+    from headlab.report.data import _focus
+
+    lesson = {"words": ["[CLS]", "The", "chef", "[SEP]"], "special": [True, False, False, True]}
+    own = {
+        "words": ["[CLS]", "Your", "own", "sentence", ".", "[SEP]"],
+        "special": [True, False, False, False, False, True],
+    }
+    assert _focus([lesson, own], "own") == {"sentence": 1, "word": "own", "index": 2}
+    assert _focus([lesson, own], "chef") == {"sentence": 0, "word": "chef", "index": 2}
+    assert _focus([lesson, own], "salmon") == {"sentence": 0, "word": "salmon", "index": -1}

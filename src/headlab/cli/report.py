@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     experiment = _read_json(args.experiment, "experiment result") if args.experiment else None
     if experiment is not None and not isinstance(experiment.get("summary", []), list):
         raise InputError(f"{args.experiment}: expected the JSON of headlab experiment")
-    _check_focus_word(args.word)
+    _check_focus_word(args.word, [LESSON_SENTENCE, *(args.sentence or [])])
 
     from headlab.outputs import check_output
     from headlab.report import KIND
@@ -171,13 +171,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_focus_word(word: str) -> None:
-    """The viewer opens on ``word`` in the lesson's sentence (its first): refuse a word that is
-    not there before any work, as ``headlab heads`` does."""
+def _check_focus_word(word: str, sentences: list[str]) -> None:
+    """The viewer opens on ``word`` in the first of ``sentences`` (the lesson's, then each
+    ``--sentence``) that has it: refuse a word that none has before any work, as ``headlab
+    heads`` does."""
+    from headlab.errors import InputError
     from headlab.models.words import find_word, split_words
 
-    words = [w for w, _, _ in split_words(LESSON_SENTENCE)]
-    find_word(words, [False] * len(words), word)
+    first: InputError | None = None
+    for sentence in sentences:
+        words = [w for w, _, _ in split_words(sentence)]
+        try:
+            find_word(words, [False] * len(words), word)
+            return
+        except InputError as err:
+            first = first or err
+    if len(sentences) == 1 and first is not None:
+        raise first
+    shown = "; ".join(repr(s) for s in sentences)
+    raise InputError(f"--word {word!r} is in none of the viewer's sentences ({shown})")
 
 
 def _measure_curve(lm: Any, say: Any) -> dict[str, Any]:

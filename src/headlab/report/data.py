@@ -67,10 +67,20 @@ def gather(
         "spec": spec,
         "roles": roles.to_json(),
         "sentences": viewer,
-        "focus": {"sentence": 0, "word": focus_word, "index": _focus_index(viewer[0], focus_word)},
+        "focus": _focus(viewer, focus_word),
         "pruning": pruning,
         "experiment": experiment,
     }
+
+
+def _focus(viewer: list[dict[str, Any]], word: str) -> dict[str, Any]:
+    """Where the viewer opens: the first sentence that has ``word`` (the lesson's sentence
+    comes first), at that word; the first sentence and no word when none has it."""
+    for i, sentence in enumerate(viewer):
+        index = _focus_index(sentence, word)
+        if index >= 0:
+            return {"sentence": i, "word": word, "index": index}
+    return {"sentence": 0, "word": word, "index": -1}
 
 
 def _focus_index(sentence: dict[str, Any], word: str) -> int:

@@ -13,11 +13,20 @@ def emit_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+#: the width of tables written to a file or a pipe, where no terminal says how wide it is
+#: (rich would cut every table to 80 columns, numbers included); ``COLUMNS`` still wins
+PIPE_WIDTH = 200
+
+
 def console() -> Any:
-    """A rich console on stdout (rich honours NO_COLOR and plain pipes)."""
+    """A rich console on stdout (rich honours NO_COLOR and plain pipes); tables written to a
+    file or pipe get :data:`PIPE_WIDTH` columns, so no number is cut."""
+    import os
+
     from rich.console import Console
 
-    return Console(highlight=False)
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(highlight=False, width=width)
 
 
 def human_bytes(n: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -47,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # transformers' own warnings (a text longer than the model, say) would come before
+    # headlab's one-line error about the same thing; -v shows them
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "info" if args.verbose else "error")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -81,6 +81,11 @@ class PruneOptions:
             raise InputError(f"--fraction must be in (0, 1), got {self.fraction}")
         if self.fraction is not None and self.out is None:
             raise InputError("--fraction needs --out DIR for the pruned model")
+        if self.fraction is None and self.out is not None:
+            raise InputError(
+                f"--out {self.out} is for the pruned model of --fraction; --curve writes none "
+                "(use --json > FILE for the curve)"
+            )
         if not 0.0 < self.step <= 1.0:
             raise InputError(f"--step must be in (0, 1], got {self.step}")
         if self.metric is not None and self.metric not in METRICS:

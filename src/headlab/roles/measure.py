@@ -105,6 +105,8 @@ def measure_roles(
             heads.append(replace(role, original_head=ids[layer][h]))
     used = len(treebank) - sum(tb_skipped.values())
     data: dict[str, Any] = {
+        "device": str(lm.device),
+        "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
         "treebank": {
             "sentences": len(treebank) + sum(read_skipped.values()),
             "used": used,

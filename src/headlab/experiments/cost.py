@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from headlab.attention import memory
+from headlab.attention.blocks import attention_weights
 from headlab.attention.module import MultiHeadAttention
 from headlab.errors import ConfigError
 from headlab.spec.costs import attention_flops, compute_spec
@@ -199,9 +200,11 @@ def loop_over_heads(module: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor
             F.linear(x, w[r], None if b is None else b[r])  # (B, T, D) each
             for r in rows
         )
-        scores = q @ k.transpose(1, 2) * module.scale  # (B, T, S)
-        pattern = scores.softmax(dim=-1)  # (B, T, S)
-        head = pattern @ v  # (B, T, D)
+        # the one engine's weights of this head alone: softmax(q k^T * scale)
+        pattern = attention_weights(
+            q[:, None], k[:, None], mask=None, causal=False, scaling=module.scale, dtype=q.dtype
+        )[:, 0]  # (B, T, S)
+        head = pattern.to(v.dtype) @ v  # (B, T, D)
         out = out + F.linear(head, w_o[:, i * d : (i + 1) * d])  # (B, T, E)
     return out if b_o is None else out + b_o
 

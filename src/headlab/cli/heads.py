@@ -1,8 +1,10 @@
-"""``headlab heads``: where one word's attention goes, in every head of a model."""
+"""``headlab heads``: where one word's attention goes, in every head of a model; with
+``--trace``, which heads carry it to each of the word's dependents, beside the relation table."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
@@ -11,6 +13,8 @@ from headlab.cli._output import console, emit_json
 
 LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
 LESSON_WORD = "prepared"
+INSTALL_HINT = "pip install 'headlab[parse]'"
+TRACE_ONLY = ("conllu", "sentence_id", "spacy", "roles")
 
 
 def add_parser(sub: Any) -> None:
@@ -27,7 +31,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "text",
         nargs="?",
-        default=LESSON_SENTENCE,
         type=text("a sentence"),
         help="the sentence (default: the lesson's)",
     )
@@ -36,7 +39,8 @@ def add_parser(sub: Any) -> None:
         type=text("a word"),
         help=(
             f"the attending word; WORD#2 for its second occurrence (default: {LESSON_WORD!r} in "
-            "the lesson's sentence, else the sentence's longest word, the first of equals)"
+            "the lesson's sentence, else the sentence's longest word, the first of equals; "
+            "with --trace, the parse's root)"
         ),
     )
     p.add_argument(
@@ -49,7 +53,42 @@ def add_parser(sub: Any) -> None:
         "--layer", type=int, action="append", help="only this layer (0-based; repeatable)"
     )
     p.add_argument("--head", type=int, action="append", help="only this head (0-based; repeatable)")
-    p.add_argument("--top", type=integer(1, 1000), default=3, help="words per head (default 3)")
+    p.add_argument(
+        "--top",
+        type=integer(1, 1000),
+        default=3,
+        help="words per head (default 3); with --trace, heads per dependent",
+    )
+    trace = p.add_argument_group(
+        "trace",
+        "--trace ranks every head by the attention the word sends to each of its dependents "
+        "in a dependency parse, beside the head that headlab roles' relation table names best "
+        "for that relation (head -> dependent) on gold data; 'agree' when that head is among "
+        "the --top heads here",
+    )
+    trace.add_argument("--trace", action="store_true", help="trace the word's dependents")
+    trace.add_argument(
+        "--conllu",
+        type=text("a file"),
+        help="the sentence's parse: a CoNLL-U file with one sentence (or choose with "
+        "--sentence-id); default: the lesson's hand-made UD parse, or spaCy's for another text",
+    )
+    trace.add_argument(
+        "--sentence-id",
+        type=text("a sentence id"),
+        help="the sentence of --conllu (default: the bundled UD EWT dev sample) with this sent_id",
+    )
+    trace.add_argument(
+        "--spacy",
+        action="store_true",
+        help=f"parse with spaCy even the lesson's sentence (needs {INSTALL_HINT})",
+    )
+    trace.add_argument(
+        "--roles",
+        type=text("a file"),
+        help="the relation table from `headlab roles --json > FILE` (default: measured now "
+        "on the bundled UD EWT sample, about 20 s)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
@@ -60,6 +99,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
+    if args.trace:
+        return run_trace(args)
+    for name in TRACE_ONLY:
+        if getattr(args, name):
+            raise InputError(f"--{name.replace('_', '-')} goes with --trace")
+    if args.text is None:
+        args.text = LESSON_SENTENCE
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
@@ -128,3 +174,97 @@ def _default_word(text: str, alignment: Any) -> str:
     if not words:
         raise InputError(f"the sentence has no word to attend from: {text!r}")
     return max(words, key=len)  # max keeps the first of equals
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    """``--trace``: the parse first (quick errors), then the model, the table, the trace."""
+    from headlab.datasets import sample_path
+    from headlab.errors import InputError
+    from headlab.roles.trace import (
+        check_text,
+        check_word,
+        choose_sentence,
+        lesson_parse,
+        measure_relation_table,
+        read_relation_table,
+        trace_word,
+    )
+
+    if args.layer or args.head:
+        raise InputError("--trace ranks every head; --layer and --head do not go with it")
+    if args.conllu or args.sentence_id:
+        if args.spacy:
+            raise InputError("--spacy parses the text; it does not go with --conllu/--sentence-id")
+        sentence = choose_sentence(args.conllu or sample_path("treebank"), args.sentence_id)
+        if args.text is not None:
+            check_text(sentence, args.text)
+    elif args.spacy or args.text not in (None, LESSON_SENTENCE):
+        from headlab.datasets.parse import parse_sentence
+
+        sentence = parse_sentence(args.text or LESSON_SENTENCE)
+    else:
+        sentence = lesson_parse()
+    lesson = "".join(sentence.words) == "".join(LESSON_SENTENCE.split())
+    word = args.word or (LESSON_WORD if lesson else sentence.words[sentence.heads.index(-1)])
+    check_word(sentence, word)  # before the model loads
+    if not args.verbose:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    lm = load_model(args)
+    if args.roles:
+        relations = read_relation_table(args.roles, lm)
+        source = args.roles
+    else:
+        print(
+            "headlab heads: measuring the relation table on the bundled UD EWT sample "
+            "(about 20 s; --roles FILE from `headlab roles --json` skips this)",
+            file=sys.stderr,
+            flush=True,
+        )
+        relations = measure_relation_table(lm, sample_path("treebank"))
+        source = "bundled UD EWT dev sample (500 sentences)"
+    trace = trace_word(lm, sentence, word, relations, k=args.top, table_source=source)
+    if args.json:
+        emit_json(trace.to_json())
+        return 0
+    print_trace(trace)
+    return 0
+
+
+def print_trace(trace: Any) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"{trace.model}: where {trace.word!r} sends its attention, dependent by dependent",
+        caption=(
+            f"{' '.join(trace.sentence.words)}\n"
+            f"gold head: the best head for the relation (head -> dependent) in the relation "
+            f"table ({trace.table_source}); rank among {trace.n_heads} heads by the attention "
+            f"to this dependent; its top word: its argmax here (self, [CLS]/[SEP] excluded)"
+        ),
+    )
+    for col in (
+        "relation",
+        "dependent",
+        f"top {trace.k} heads (weight)",
+        "gold head (acc.)",
+        "its weight",
+        "its rank",
+        "its top word",
+        "verdict",
+    ):
+        table.add_column(col)
+    for arc in trace.arcs:
+        top = ", ".join(f"{h.layer}.{h.head} {h.weight:.2f}" for h in arc.top)
+        if arc.gold is None:
+            gold = weight = rank = target = "-"
+        else:
+            gold = f"{arc.gold.layer}.{arc.gold.head} ({100 * arc.gold.accuracy:.0f}%)"
+            if arc.gold_relation != arc.relation:
+                gold += f" as {arc.gold_relation}"
+            weight = f"{arc.gold_weight:.2f}"
+            rank = str(arc.gold_rank)
+            target = str(arc.gold_target)
+        table.add_row(arc.relation, arc.dependent, top, gold, weight, rank, target, arc.verdict)
+    console().print(table)

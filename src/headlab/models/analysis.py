@@ -42,10 +42,18 @@ class WordAttention:
 
 
 def word_attention(
-    lm: LoadedModel, text: str, *, layers: Iterable[int] | None = None
+    lm: LoadedModel,
+    text: str | None = None,
+    *,
+    words: Sequence[str] | None = None,
+    layers: Iterable[int] | None = None,
 ) -> WordAttention:
-    """Run ``text`` once and return its word-level attention for ``layers`` (default all)."""
-    alignment = align(lm.tokenizer, text=text, max_tokens=lm.max_positions)
+    """Run one sentence once and return its word-level attention for ``layers`` (default all).
+
+    Give raw ``text`` (split into words by :func:`~headlab.models.words.split_words`) or the
+    sentence's ``words`` (a treebank's or a parser's tokens, joined with single spaces).
+    """
+    alignment = align(lm.tokenizer, text=text, words=words, max_tokens=lm.max_positions)
     inputs = encode(lm, [alignment.text])
     with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:
         lm.model(**inputs)

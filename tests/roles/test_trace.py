@@ -210,6 +210,30 @@ def test_cli_trace_measures_the_table_when_not_given(
     assert all(a["gold"] is not None for a in out["arcs"])
 
 
+def test_trace_reads_the_table_that_headlab_roles_writes(
+    tiny: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`headlab roles --json` output, fed back through --roles, gives each arc the table's
+    head-to-dependent row for its relation."""
+    model = ["--model", str(tiny.path)]
+    assert main(["roles", *model, "--no-gap", "--replicates", "0", "--limit", "40", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    (tmp_path / "roles.json").write_text(json.dumps(table), encoding="utf-8")
+    assert (
+        main(["heads", "--trace", *model, "--roles", str(tmp_path / "roles.json"), "--json"]) == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["relation"]: r for r in table["relations"] if r["direction"] == "head_to_dependent"}
+    assert any(arc["gold"] for arc in out["arcs"])
+    for arc in out["arcs"]:
+        row = rows.get(arc["relation"])
+        if row is None:
+            assert arc["gold"] is None
+            continue
+        assert (arc["gold"]["layer"], arc["gold"]["head"]) == (row["layer"], row["head"])
+        assert arc["gold"]["accuracy"] == row["accuracy"]
+
+
 def test_lesson_parse_spells_the_lesson_sentence() -> None:
     parse = lesson_parse()
     check_text(parse, LESSON_SENTENCE)  # raises if not

@@ -181,3 +181,22 @@ def test_a_strategy_needs_no_split_modules(
     assert main(["roles", "--model", str(wide["llama"]), "--device-map", "balanced"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot split it; give an explicit JSON map" in err
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_roles_with_layers_on_two_gpus_match_one_device(
+    wide: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each layer's statistics run on its own GPU; the sums meet at the end."""
+    mapping = {"embed_tokens": 0, "layers.0": 0, "layers.1": 1, "layers.2": 0, "layers.3": 1}
+    mapping |= {"norm": 1, "rotary_emb": 0}
+    argv = ["roles", "--model", str(wide["llama"]), "--limit", "12", "--replicates", "3"]
+    assert main([*argv, "--device", "cpu", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--device-map", json.dumps(mapping), "--json"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert [h["role"] for h in two["heads"]] == [h["role"] for h in one["heads"]]
+    for a, b in zip(one["heads"], two["heads"], strict=True):
+        for key, value in a["scores"].items():
+            if value is not None:
+                assert b["scores"][key] == pytest.approx(value, abs=1e-4), key

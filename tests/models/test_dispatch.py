@@ -13,9 +13,12 @@ import torch
 from tests.models.tiny import build
 
 from headlab.cli import main
+from headlab.datasets import read_stsb, sample_path
 from headlab.errors import InputError, PruningError
 from headlab.models import HeadCapture, encode, load
 from headlab.models.dispatch import Placement, parse_max_memory, parse_size, placement_from_options
+from headlab.pruning.importance import gradient_importance
+from headlab.pruning.metrics import StsbMetric
 from headlab.pruning.physical import prune_model
 
 #: wide MLPs make each layer ~1.5 MB beside the 3.9 MB embeddings, so that a CPU budget of
@@ -200,3 +203,20 @@ def test_roles_with_layers_on_two_gpus_match_one_device(
         for key, value in a["scores"].items():
             if value is not None:
                 assert b["scores"][key] == pytest.approx(value, abs=1e-4), key
+
+
+@pytest.mark.slow
+def test_gradient_and_ablation_importance_through_offloaded_layers(
+    wide: dict[str, Path], tmp_path: Path
+) -> None:
+    """Gradients backpropagate through layers whose weights live on disk: the same importance
+    as on one device."""
+    pairs = read_stsb(sample_path("stsb"), limit=8)
+    scores = []
+    for lm in (load(wide["bert"]), _split(wide["bert"], tmp_path / "off")):
+        metric = StsbMetric(pairs, batch=4)
+        scores.append((gradient_importance(lm, metric), metric.evaluate(lm, {1: [0], 2: [3]})))
+    (grad, value), (grad_split, value_split) = scores
+    assert torch.equal(grad.isnan(), grad_split.isnan())
+    torch.testing.assert_close(grad_split, grad, rtol=1e-5, atol=1e-7, equal_nan=True)
+    assert value_split == pytest.approx(value, abs=1e-6)

@@ -45,9 +45,10 @@ def test_plan_of_a_tiny_bert_by_hand() -> None:
     assert plan.parameters == n_params
     assert plan.weights == 4 * n_params
     n = 2 * 8  # tokens
-    # attention: residual + input (2 E), q, k, v and the output (4 E, no GQA) per token, float32;
-    # a block of max(64, B H T = 64) weights: scores, weights and the softmax's temporary
-    attention = n * (2 * 32 + 4 * 32) * 4 + 3 * 64 * 4
+    # attention: residual + input (2 E), q, k, v, the engine's keys, values and output (6 E,
+    # no GQA) per token, float32; a block of max(64, B H T = 64) weights: scores, weights and
+    # the softmax's temporary; no rotary, no causal mask
+    attention = n * (2 * 32 + 6 * 32) * 4 + 3 * 64 * 4
     mlp = n * (2 * 32 + 2 * 64) * 4  # residual + input, the MLP's two activations
     assert plan.streaming == {
         "layer (attention or MLP, the larger)": max(attention, mlp),

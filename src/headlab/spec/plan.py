@@ -8,9 +8,11 @@ in float32):
 
 * **streaming** (headlab's role statistics, :mod:`headlab.models.streaming`): nothing is kept
   between layers, so the peak is one layer's: its attention (the residual stream and the
-  layer's input ``2 N E``, ``q``, ``k``, ``v`` and the output ``N (2Q + 2K)``, plus one block of
-  query rows, about ``block_elements`` weights, or one row of every head when longer: its scores,
-  its weights and the softmax's temporary) or its MLP (``2 N E`` plus ``2 N I``, ``3 N I`` for a
+  layer's input ``2 N E``, ``q``, ``k``, ``v``, the engine's copies of keys and values and its
+  output ``N (2Q + 4K)``, for rotary families the rotated ``q`` and ``k`` and their temporaries
+  ``N (3Q + 2K)``, a decoder's ``B T T`` causal mask, plus one block of query rows, about
+  ``block_elements`` weights, or one row of every head when longer: its scores, its weights and
+  the softmax's temporary) or its MLP (``2 N E`` plus ``2 N I``, ``3 N I`` for a
   gated MLP), whichever is larger; beside it the statistics' tables: the word geometry
   (``to_words``, ``from_words`` and their transposed copy, ``3 B T W`` floats), the probes'
   per-key columns and the word-argmax scratch of one block.
@@ -38,6 +40,12 @@ PLANS = ("roles",)
 
 #: families whose MLP is gated (three matrices: gate, up, down); the others have two
 GATED = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"})
+
+#: families with rotary position embeddings (queries and keys rotated in every layer)
+ROTARY = GATED | {"gpt_neox"}
+
+#: decoder families (a causal mask per forward)
+CAUSAL = GATED | {"gpt2", "gpt_neox"}
 
 #: the default block size of the streaming engine (:class:`headlab.roles.RoleOptions`)
 BLOCK_ELEMENTS = 1 << 20
@@ -168,7 +176,12 @@ def plan_memory(
     words = context  # an upper bound: at most one word per token
 
     block = max(block_elements, batch * h * context)  # a block holds at least one row per head
-    attention = round(n * (2 * e + 2 * q + 2 * kv) * s) + 3 * block * STATS_BYTES
+    # residual and input 2E; q, k, v Q + 2K; the engine's keys and values laid out for its
+    # products 2K and its output Q; rotary families: the rotated q and k and their temporaries
+    per_token = 2 * e + 2 * q + 4 * kv + (3 * q + 2 * kv if lay.model_type in ROTARY else 0)
+    attention = round(n * per_token * s) + 3 * block * STATS_BYTES
+    if lay.model_type in CAUSAL:  # the causal mask, one (B, T, T) float tensor per forward
+        attention += batch * context * context * STATS_BYTES
     mlp = round(n * (2 * e + (3 if gated else 2) * mlp_width) * s)
     streaming = {
         "layer (attention or MLP, the larger)": max(attention, mlp),

@@ -32,6 +32,7 @@ from torch import nn
 
 from headlab.attention.blocks import attention_weights
 from headlab.errors import InputError
+from headlab.models.dispatch import aligned
 from headlab.models.interface import call_rules, observe
 from headlab.models.loading import LoadedModel
 
@@ -182,7 +183,7 @@ class HeadCapture:
                 if self.ablation == "zero":
                     split[..., heads, :] = 0
                 else:
-                    split[..., heads, :] = self.means[layer][heads].to(split.dtype)
+                    split[..., heads, :] = self.means[layer][heads].to(split)
             if self.record_head_outputs and layer in self.layers:
                 rec = self.records.setdefault(layer, LayerRecord())
                 rec.head_output = split.detach().permute(0, 2, 1, 3)  # (B, H, T, D)
@@ -268,7 +269,8 @@ class HeadCapture:
         """
         out = self.head_output(layer)  # (B, H, T, D)
         handles = self.lm.layers[layer]
-        w = self.lm.adapter.out_proj_weight(handles.out_proj)  # (E, H*D)
+        with aligned(handles.out_proj, out.device):  # an offloaded layer's weight, here for now
+            w = self.lm.adapter.out_proj_weight(handles.out_proj).to(out.device)  # (E, H*D)
         n_heads, d = out.shape[1], out.shape[3]
         w = w.view(w.shape[0], n_heads, d)  # (E, H, D)
         if heads is not None:

@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from headlab.errors import ConfigError, ModelLoadError
+from headlab.errors import ConfigError, InputError, ModelLoadError
 from headlab.models import hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
+from headlab.models.dispatch import Placement, empty_model, main_device, resolve
 from headlab.models.interface import ATTN_IMPLEMENTATION, register
 from headlab.models.pruned import PRUNED_KEY
 from headlab.spec.layout import AttentionLayout, layout_from_config, read_config
@@ -71,6 +72,9 @@ class LoadedModel:
     adapter: Adapter
     layout: AttentionLayout
     layers: list[LayerHandles]
+    #: module -> device of a model spread over devices (:mod:`headlab.models.dispatch`);
+    #: ``None`` when the whole model sits on one device
+    device_map: dict[str, Any] | None = None
 
     @property
     def n_layers(self) -> int:
@@ -90,7 +94,15 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
+        """Where inputs go: the model's device, or the main device of a device map (each
+        layer then runs where the map puts it; statistics follow its tensors)."""
+        if self.device_map:
+            return main_device(self.device_map)
         return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
 
     def head_ids(self) -> list[list[int]]:
         """For each layer, the original id of each of its heads: ``range`` unless the folder
@@ -132,6 +144,7 @@ def wrap(
         raise ConfigError(
             f"{name}: config says {layout.n_layers} layers, the model has {len(layers)}"
         )
+    device_map = getattr(model, "hf_device_map", None)
     return LoadedModel(
         name=name,
         path=path or Path("."),
@@ -140,6 +153,7 @@ def wrap(
         adapter=adapter,
         layout=layout,
         layers=layers,
+        device_map=dict(device_map) if device_map else None,
     )
 
 
@@ -231,6 +245,7 @@ def load(
     device: str | torch.device = "cpu",
     with_lm_head: bool = False,
     revision: str | None = None,
+    placement: Placement | None = None,
 ) -> LoadedModel:
     """Load a model folder (config.json, safetensors, tokenizer files), or the default model.
 
@@ -243,6 +258,8 @@ def load(
         device: where to put the model.
         with_lm_head: load a causal language model with its head (for perplexity).
         revision: the cached revision (branch, tag or commit) of a model name; not for folders.
+        placement: spread the model over GPUs, the CPU and disk (:mod:`headlab.models.dispatch`);
+            ``device`` is then ignored.
 
     Raises:
         ModelLoadError: missing or corrupt folder, no safetensors, no tokenizer.
@@ -285,6 +302,16 @@ def load(
         raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
     model: Any
     pruned = config_dict.get(PRUNED_KEY)
+    placed: dict[str, Any] = {}
+    device_map: dict[str, Any] | None = None
+    if placement is not None and not (pruned and not pruned.get("native")):
+        from transformers import AutoConfig
+
+        skeleton = empty_model(auto, AutoConfig.from_pretrained(str(folder), **common), dtype)
+        device_map = resolve(placement, skeleton, folder=folder)  # checked before any weight
+        placed = {"device_map": device_map}
+        if placement.offload_folder is not None:
+            placed["offload_folder"] = str(placement.offload_folder)
     try:
         if pruned and not pruned.get("native"):
             # a config the family cannot express: build the full shapes, shrink, then load
@@ -295,6 +322,14 @@ def load(
             config = AutoConfig.from_pretrained(str(folder), **common)
             model = auto.from_config(config, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
             load_pruned_weights(model, folder, adapter_for(str(model_type)), config_dict)
+            if placement is not None:  # its shapes are known only now: place the loaded model
+                from accelerate import dispatch_model
+
+                device_map = resolve(placement, model, folder=folder)
+                offload = placement.offload_folder
+                model = dispatch_model(
+                    model, device_map, offload_dir=None if offload is None else str(offload)
+                )
         else:
             from transformers.utils import logging as hf_logging
 
@@ -307,13 +342,14 @@ def load(
                     dtype=dtype,
                     attn_implementation=ATTN_IMPLEMENTATION,
                     output_loading_info=True,
+                    **placed,
                     **common,
                 )
             finally:
                 hf_logging.set_verbosity(verbosity)
             model, info = loaded  # (model, loading info) with output_loading_info
             check_loading_info(folder, model, info)
-    except ModelLoadError:
+    except (ModelLoadError, InputError):
         raise
     except Exception as exc:
         detail = " ".join(str(exc).split())  # one line, however long transformers' message
@@ -322,6 +358,8 @@ def load(
         raise ModelLoadError(
             f"{folder}: cannot load the weights ({type(exc).__name__}: {detail})"
         ) from None
-    model.to(device).eval()
+    if device_map is None:
+        model.to(device)
+    model.eval()
     logger.info("loaded %s (%s) from %s", name, model_type, folder)
     return wrap(model, tokenizer, name=name, path=folder)

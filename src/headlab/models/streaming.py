@@ -137,7 +137,7 @@ class StreamingAttention:
                 causal=causal,
                 scaling=scaling,
                 on_block=on_block,
-                columns=consumer.columns(layer),
+                columns=_on(consumer.columns(layer), query.device),
                 bias=kwargs.get("position_bias"),
                 block_elements=self.block_elements,
                 dtype=self.dtype,
@@ -177,3 +177,8 @@ class _ForwardDone(BaseException):
     """Raised inside the model once every layer's attention has been seen
     (``stop_after_last``); :class:`StreamingAttention` swallows it on exit. Not an
     ``Exception``: no ``except Exception`` in model code may mistake it for an error."""
+
+
+def _on(columns: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """A consumer's columns where the layer runs (a model spread over devices)."""
+    return None if columns is None else columns.to(device)

@@ -54,7 +54,10 @@ def gradient_importance(
         for h in handles:
             h.remove()
         for p, flag in zip(params, flags, strict=True):
-            p.requires_grad_(flag)
+            # an offloaded layer's weights are rebuilt at each forward (accelerate): those made
+            # under inference mode cannot take requires_grad again, and need not
+            if p.requires_grad != flag and not p.is_inference():
+                p.requires_grad_(flag)
     total /= max(n, 1)
     for layer, heads in (removed or {}).items():
         total[layer, list(heads)] = float("nan")

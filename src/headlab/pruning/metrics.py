@@ -53,7 +53,7 @@ def gate_hooks(lm: LoadedModel, gates: torch.Tensor) -> list[Any]:
 
         def hook(module: Any, args: tuple[Any, ...], layer: int = layer, n: int = n) -> Any:
             x = args[0]  # (B, T, H*D)
-            split = x.view(*x.shape[:-1], n, -1) * gates[layer, :n, None].to(x.dtype)
+            split = x.view(*x.shape[:-1], n, -1) * gates[layer, :n, None].to(x)  # on x's device
             return (split.reshape(x.shape), *args[1:])
 
         handles.append(h.out_proj.register_forward_pre_hook(hook))

@@ -281,11 +281,14 @@ def run_pruning(
         PruningError: a request the model's layout or transformers cannot carry out.
         OutputExistsError, OutputError: ``options.out`` cannot be written (checked first).
     """
+    from headlab.models.dispatch import refuse_offloaded
     from headlab.pruning.progressive import progressive_prune
 
     options.check()
     if options.out is not None and lm.path.resolve() == Path(options.out).resolve():
         raise OutputExistsError("--out must differ from the model folder")
+    if options.fraction is not None:  # before any work: offloaded weights cannot be rewritten
+        refuse_offloaded(lm.device_map, "headlab prune --fraction (physical pruning)")
     if options.transformers_compatible:
         _check_compatible(lm, options)
     evaluation, importance, probe = build_metrics(lm, options)

@@ -6,9 +6,10 @@ Hanley & MacGibbon 2006): weights are fixed per sentence and seed, so each repli
 accumulated in the same single pass, in any batch order, and memory does not grow with the corpus.
 Replicate 0 is the corpus itself (all weights 1).
 
-The sums live where the statistics are computed (the model's device), in float64, and move to
-the CPU once, when a corpus is done (:meth:`Sums.cpu`); the weights are drawn on the CPU, so a
-seed gives the same replicates on every device.
+The sums live where the statistics are computed (each layer's on the device that layer runs
+on, for a model spread over devices), in float64, and move to the CPU once, when a corpus is
+done (:meth:`Sums.cpu`); the weights are drawn on the CPU, so a seed gives the same replicates
+on every device.
 """
 
 from __future__ import annotations
@@ -33,22 +34,35 @@ class Sums:
         weights = torch.cat([torch.ones(n_items, 1), weights], dim=1).double()  # (N, R+1)
         self.weights = weights.to(device)
         self.values: dict[str, torch.Tensor] = {}
-        self._cached: tuple[tuple[int, ...], torch.Tensor] | None = None
+        #: layer sums not yet gathered: name -> device -> ``(R + 1, n_layers, ...)``
+        self._layers: dict[str, dict[torch.device, torch.Tensor]] = {}
+        self._cached: tuple[tuple[int, ...], dict[torch.device, torch.Tensor]] | None = None
 
     @property
     def replicates(self) -> int:
         return self.weights.shape[1] - 1
 
-    def _weights_t(self, items: Sequence[int]) -> torch.Tensor:
-        """``(R+1, B)`` weights of ``items`` (the last batch's are kept: layers reuse them)."""
+    def _weights_t(self, items: Sequence[int], device: torch.device) -> torch.Tensor:
+        """``(R+1, B)`` weights of ``items`` on ``device`` (the last batch's are kept, per
+        device: layers reuse them)."""
         key = tuple(items)
         if self._cached is None or self._cached[0] != key:
-            self._cached = (key, self.weights[list(key)].t().contiguous())
-        return self._cached[1]
+            self._cached = (key, {})
+        on = self._cached[1]
+        if device not in on:
+            local = self.weights[list(key)].t().contiguous()
+            on[device] = local.to(device)
+        return on[device]
+
+    def _home(self, values: torch.Tensor) -> torch.device:
+        """Where sums of ``values`` add up: their own device (a layer's statistics stay where
+        the layer runs), or the CPU for a device without float64 (mps)."""
+        device = values.device
+        return torch.device("cpu") if device.type == "mps" else device
 
     def add(self, name: str, items: Sequence[int], values: torch.Tensor) -> None:
         """Add per-item ``values`` ``(B, ...)`` of corpus items ``items`` into ``name``."""
-        wt = self._weights_t(items)  # (R+1, B)
+        wt = self._weights_t(items, self.device)  # (R+1, B)
         flat = values.reshape(values.shape[0], -1).to(self.device, torch.float64)  # (B, K)
         total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])  # (R+1, ...)
         if name in self.values:
@@ -69,34 +83,53 @@ class Sums:
         """Like :meth:`add`, into slot ``layer`` of a ``(R + 1, n_layers, ...)`` sum.
 
         ``values`` ``(B, H_l, ...)``: a layer with fewer heads than ``n_heads`` (a model pruned
-        layer by layer) fills the first ``H_l`` of them; the others keep zero sums.
+        layer by layer) fills the first ``H_l`` of them; the others keep zero sums. The sums of
+        a layer add up on the device of its ``values`` (where the layer runs, for a model spread
+        over devices) and meet the others' in :meth:`get` and :meth:`cpu`.
         """
-        wt = self._weights_t(items)
-        flat = values.reshape(values.shape[0], -1).to(self.device, torch.float64)
+        device = self._home(values)
+        wt = self._weights_t(items, device)
+        flat = values.reshape(values.shape[0], -1).to(device, torch.float64)
         total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])
-        if name not in self.values:
+        parts = self._layers.setdefault(name, {})
+        if device not in parts:
             shape = list(values.shape[1:])
             if n_heads is not None and shape:
                 shape[0] = max(shape[0], n_heads)
-            self.values[name] = torch.zeros(
-                wt.shape[0], n_layers, *shape, dtype=torch.float64, device=self.device
+            parts[device] = torch.zeros(
+                wt.shape[0], n_layers, *shape, dtype=torch.float64, device=device
             )
-        self.values[name][:, layer, : total.shape[1]] += total
+        parts[device][:, layer, : total.shape[1]] += total
+
+    def _gather(self, name: str) -> None:
+        """Add the per-device layer sums of ``name`` into one tensor on :attr:`device`."""
+        parts = self._layers.pop(name, None)
+        if not parts:
+            return
+        total = None
+        for part in parts.values():
+            part = part.to(self.device)
+            total = part if total is None else total + part
+        assert total is not None
+        self.values[name] = total
 
     def cpu(self) -> Sums:
         """Move the sums (and weights) to the CPU, where scores are computed; returns ``self``."""
+        for name in list(self._layers):
+            self._gather(name)
         if self.device.type != "cpu":
             self.device = torch.device("cpu")
             self.weights = self.weights.cpu()
             self.values = {name: value.cpu() for name, value in self.values.items()}
-            self._cached = None
+        self._cached = None
         return self
 
     def get(self, name: str) -> torch.Tensor:
+        self._gather(name)
         return self.values[name]
 
     def __contains__(self, name: str) -> bool:
-        return name in self.values
+        return name in self.values or name in self._layers
 
 
 def ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:

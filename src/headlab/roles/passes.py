@@ -61,12 +61,47 @@ class _LayerSums:
         self.parts.clear()
 
 
-class TreebankBlocks:
+class _Follows:
+    """A consumer whose per-batch tables (``_placed``) follow the device of the layer whose
+    blocks come in: a model spread over devices runs each layer's statistics where that layer
+    runs. Each table is copied once per batch to each device; one device costs nothing."""
+
+    _placed: tuple[str, ...] = ()
+    _here: torch.device
+
+    def _follow(self, device: torch.device) -> None:
+        if device == self._here:
+            return
+        copies: dict[torch.device, dict[str, Any]] = self.__dict__.setdefault("_copies", {})
+        copies[self._here] = {name: getattr(self, name) for name in self._placed}
+        values = copies.get(device)
+        if values is None:
+            values = {name: value.to(device) for name, value in copies[self._here].items()}
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._here = device
+        self._on_device_change()
+
+    def _on_device_change(self) -> None:
+        """Drop scratch buffers that belong to the previous device."""
+
+
+class TreebankBlocks(_Follows):
     """The treebank pass for one batch: every probe of every layer, fed block by block
     (:class:`~headlab.models.streaming.BlockConsumer`), into ``sums``.
 
     Benchmarks can feed it weights from elsewhere (eager maps) through the same three calls.
     """
+
+    _placed = (
+        "geo",
+        "_columns",
+        "_owners",
+        "gold_head",
+        "relation",
+        "rare_target",
+        "rare_query",
+    )
 
     def __init__(
         self,
@@ -136,6 +171,11 @@ class TreebankBlocks:
         self._word_buffer: torch.Tensor | None = None  # its scratch, kept from layer to layer
         self._token_cols: torch.Tensor | None = None  # short inputs: (B, T, H, W)
         self._owners = geo.to_words.transpose(1, 2).contiguous()  # (B, W, T)
+        self._here = torch.device(device)
+
+    def _on_device_change(self) -> None:
+        self._word_buffer = None
+        self._token_cols = None
 
     def columns(self, layer: int) -> torch.Tensor:
         return self._columns
@@ -149,6 +189,7 @@ class TreebankBlocks:
         top: torch.Tensor,
         mixed: torch.Tensor | None,
     ) -> None:
+        self._follow(weights.device)
         geo = self.geo
         if mixed is None:
             mixed = weights @ self._columns[:, None, : weights.shape[-1]]
@@ -237,9 +278,11 @@ def _gap_words(a: Alignment, span: tuple[int, int]) -> list[int]:
     ]
 
 
-class GapBlocks:
+class GapBlocks(_Follows):
     """The GAP pass for one batch: each head's word-level attention from the pronoun, fed block
     by block, into ``sums``."""
+
+    _placed = ("geo", "from_pronoun", "candidates", "answer", "valid")
 
     def __init__(
         self,
@@ -287,6 +330,7 @@ class GapBlocks:
         self.from_pronoun = geo.from_words[torch.arange(n_batch, device=device), pronoun]  # (B, T)
         self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
         self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
+        self._here = torch.device(device)
 
     def columns(self, layer: int) -> None:
         return None
@@ -301,6 +345,7 @@ class GapBlocks:
         mixed: torch.Tensor | None,
     ) -> None:
         n_batch, n_heads, n_rows, n_keys = weights.shape
+        self._follow(weights.device)
         if self._seen is None:
             self._seen = weights.new_zeros(n_batch, n_heads, self.from_pronoun.shape[1])
         share = self.from_pronoun[:, start : start + n_rows]  # (B, t)

@@ -74,9 +74,11 @@ def model_device(args: argparse.Namespace) -> Any:
 def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
     """:func:`headlab.models.load` of ``--model`` on ``--device`` in ``--dtype`` (checked before
     anything is loaded); ``kwargs`` go to ``load`` too."""
+    from headlab.distributed import local_device
     from headlab.models import load
 
-    dtype, device = model_dtype(args), model_device(args)
+    # under torchrun each rank of a machine takes its own GPU
+    dtype, device = model_dtype(args), local_device(model_device(args))
     revision = getattr(args, "revision", None)
     return load(
         getattr(args, "model", None), dtype=dtype, device=device, revision=revision, **kwargs

@@ -107,10 +107,12 @@ def model_placement(args: argparse.Namespace) -> Any:
 def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
     """:func:`headlab.models.load` of ``--model`` on ``--device`` (or spread by ``--device-map``)
     in ``--dtype`` (checked before anything is loaded); ``kwargs`` go to ``load`` too."""
+    from headlab.distributed import local_device
     from headlab.models import load
 
     dtype, placement = model_dtype(args), model_placement(args)
-    device = model_device(args) if placement is None else "cpu"
+    # under torchrun each rank of a machine takes its own GPU
+    device = local_device(model_device(args)) if placement is None else "cpu"
     revision = getattr(args, "revision", None)
     return load(
         getattr(args, "model", None),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
-from headlab.cli._model import add_model_arguments, load_model
+from headlab.cli._model import add_model_arguments, load_model, model_device
 from headlab.cli._output import console, emit_json, human_bytes
 
 
@@ -116,6 +116,15 @@ def options_from(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab import distributed
+
+    # under torchrun (WORLD_SIZE > 1) the ranks share importance scoring; rank 0 writes
+    with distributed.group(model_device(args)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from headlab import distributed
     from headlab.errors import InputError
     from headlab.pruning.workflow import run_pruning
 
@@ -131,13 +140,19 @@ def run(args: argparse.Namespace) -> int:
 
     metric = options.metric or ("perplexity" if lm.causal else "stsb")
 
+    writer = distributed.writes()
+
     def progress(point: Any) -> None:
+        if not writer:
+            return
         print(
             f"step {point.step}: {point.heads_removed} heads removed, {metric} {point.metric:.2f}",
             file=sys.stderr,
         )
 
     result = run_pruning(lm, options, on_step=progress)
+    if not writer:
+        return 0
     for note in result.notes:
         print(f"headlab prune: {note}", file=sys.stderr)
     return _print(args, result.to_json())

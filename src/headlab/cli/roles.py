@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from headlab.cli._args import integer, seed, text
-from headlab.cli._model import add_model_arguments, load_model
+from headlab.cli._model import add_model_arguments, load_model, model_device
 from headlab.cli._output import console, emit_json, native_note
 
 #: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
@@ -68,6 +68,28 @@ def add_parser(sub: Any) -> None:
         "in float32 (faster on CPUs with AMX; scores move by well under 0.01, see "
         "benchmarks/RESULTS.md)",
     )
+    p.add_argument(
+        "--batch-tokens",
+        type=integer(1, 10**9),
+        default=4096,
+        metavar="N",
+        help="padded tokens per forward pass (default 4096)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=text("a file"),
+        help="save the sums so far to this file every --checkpoint-every batches, and resume "
+        "from it when it exists (the same arguments, model and data: the same result as an "
+        "uninterrupted run); deleted once the result is out. Under torchrun each rank keeps "
+        "FILE.rankR-of-W",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=integer(1, 10**9),
+        default=50,
+        metavar="N",
+        help="batches between checkpoints (default 50)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the full result as JSON")
     out.add_argument("--csv", action="store_true", help="one CSV row per head")
@@ -75,9 +97,19 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab import distributed
+
+    # under torchrun (WORLD_SIZE > 1) the ranks share the corpus; rank 0 writes the result
+    with distributed.group(model_device(args)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from headlab import distributed
     from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
     from headlab.errors import InputError
     from headlab.roles import RoleOptions, measure_roles
+    from headlab.roles.checkpoint import Checkpoint
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
@@ -94,8 +126,13 @@ def run(args: argparse.Namespace) -> int:
         if args.dtype not in ("float32", "bfloat16"):
             raise InputError(f"--bf16 is --dtype bfloat16; it contradicts --dtype {args.dtype}")
         args.dtype = "bfloat16"
+    checkpoint = None
+    if args.checkpoint is not None:
+        checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every)
     lm = load_model(args)
-    native_note("headlab roles")
+    writer = distributed.writes()
+    if writer:
+        native_note("headlab roles")
     report = measure_roles(
         lm,
         gold,
@@ -104,16 +141,28 @@ def run(args: argparse.Namespace) -> int:
         options=RoleOptions(
             replicates=args.replicates,
             seed=args.seed,
-            progress=sys.stderr.isatty(),
+            batch_tokens=args.batch_tokens,
+            progress=writer and sys.stderr.isatty(),
         ),
+        checkpoint=checkpoint,
     )
+    if not writer:
+        _done(checkpoint)
+        return 0
     if args.json:
         emit_json(report.to_json())
     elif args.csv:
         sys.stdout.write(heads_csv(report))
     else:
         print_report(report)
+    _done(checkpoint)
     return 0
+
+
+def _done(checkpoint: Any) -> None:
+    """The result is out: the checkpoint has served (and is never resumed into a new run)."""
+    if checkpoint is not None:
+        checkpoint.remove()
 
 
 def heads_csv(report: Any) -> str:

@@ -124,6 +124,9 @@ def stream_corpus(
     block_elements: int = 1 << 20,
     dtype: torch.dtype | None = None,
     progress: bool = False,
+    part: tuple[int, int] = (0, 1),
+    skip: int = 0,
+    after_batch: Callable[[], None] | None = None,
 ) -> list[Skipped]:
     """Like :func:`run_corpus`, but each batch's attention is computed in query blocks that a
     :class:`~headlab.models.streaming.BlockConsumer` sees during the forward pass.
@@ -131,9 +134,14 @@ def stream_corpus(
     ``consumer(batch)`` is called before the batch's forward pass (``batch.capture`` is
     ``None``) and returns what gets the blocks; no pattern is kept or recomputed afterwards.
     Each forward pass ends after the last layer's attention (nothing later changes a pattern).
+
+    ``part`` ``(rank, world)``: run only every ``world``-th batch from ``rank`` on (the batches
+    are those of the whole corpus, so every sentence is batched as in one process); ``skip``:
+    leave out that many of these first (already done, by a run that resumes); ``after_batch``
+    is called after each batch that ran. The skipped sentences are those of the whole corpus.
     """
     skipped: list[Skipped] = []
-    for batch in _batches(lm, sentences, batch_tokens, progress, skipped):
+    for batch in _batches(lm, sentences, batch_tokens, progress, skipped, part=part, skip=skip):
         blocks = consumer(batch)
         with (
             torch.inference_mode(),
@@ -142,6 +150,8 @@ def stream_corpus(
             ),
         ):
             lm.model(**batch.inputs)
+        if after_batch is not None:
+            after_batch()
     return skipped
 
 
@@ -151,9 +161,13 @@ def _batches(
     batch_tokens: int,
     progress: bool,
     skipped: list[Skipped],
+    *,
+    part: tuple[int, int] = (0, 1),
+    skip: int = 0,
 ) -> Iterator[Batch]:
     """Aligned, length-sorted, padded batches (``capture`` None); unalignable or too long
-    sentences go to ``skipped`` with the reason."""
+    sentences go to ``skipped`` with the reason. ``part`` and ``skip``: see
+    :func:`stream_corpus`."""
     limit = lm.max_positions
     items: list[tuple[int, Alignment]] = []
     for i, sentence in enumerate(sentences):
@@ -167,9 +181,10 @@ def _batches(
     if skipped:
         logger.info("skipped %d sentences", len(skipped))
     items.sort(key=lambda item: item[1].n_tokens)
-    batches = list(_pack(items, batch_tokens))
+    rank, world = part
+    batches = list(_pack(items, batch_tokens))[rank::world][skip:]
     bar = _progress(len(batches), progress and len(batches) > 1)
-    task = bar.add_task("sentences", total=len(items)) if bar else None
+    task = bar.add_task("sentences", total=sum(map(len, batches))) if bar else None
     if bar:
         bar.start()
     try:

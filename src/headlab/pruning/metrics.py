@@ -119,7 +119,12 @@ class Metric(Protocol):
 
     def evaluate(self, lm: LoadedModel, removed: Removed | None = None) -> float: ...
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]: ...
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        """The loss of each batch; ``part`` ``(rank, world)``: only every ``world``-th batch,
+        from ``rank`` on (the batches stay those of one process)."""
+        ...
 
 
 @dataclass
@@ -143,8 +148,10 @@ class StsbMetric:
         cos = (emb[:n] * emb[n:]).sum(-1)
         return 100.0 * spearman(cos, [p.score for p in self.pairs])
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]:
-        for lo in range(0, len(self.pairs), self.batch):
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        for lo in range(0, len(self.pairs), self.batch)[part[0] :: part[1]]:
             chunk = self.pairs[lo : lo + self.batch]
             a = encode(lm, [p.first for p in chunk])
             b = encode(lm, [p.second for p in chunk])
@@ -173,8 +180,10 @@ class FidelityMetric:
         emb = embed(lm, self.texts, removed=removed)
         return 100.0 * float((emb * self.reference).sum(-1).mean())
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]:
-        for lo in range(0, len(self.texts), self.batch):
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        for lo in range(0, len(self.texts), self.batch)[part[0] :: part[1]]:
             inputs = encode(lm, self.texts[lo : lo + self.batch])
             emb = mean_pool(_hidden(lm, lm.model(**inputs)), inputs["attention_mask"])
             ref = self.reference[lo : lo + self.batch].to(emb.device)
@@ -210,8 +219,10 @@ class PerplexityMetric:
             raise InputError(f"the held-out text has fewer than {window} tokens")
         return cls(windows=ids[: n * window].view(n, window))
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]:
-        for lo in range(0, self.windows.shape[0], self.batch):
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        for lo in range(0, self.windows.shape[0], self.batch)[part[0] :: part[1]]:
             ids = self.windows[lo : lo + self.batch].to(lm.device)
             logits = lm.model(input_ids=ids).logits
             yield torch.nn.functional.cross_entropy(

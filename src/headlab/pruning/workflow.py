@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from headlab import distributed
 from headlab.errors import DataFormatError, InputError, OutputExistsError, PruningError
 from headlab.models.loading import LoadedModel
 from headlab.pruning.metrics import Metric
@@ -372,6 +373,8 @@ def _prune_and_save(
         bytes_after=0,
     )
     info = PruneResult(model=lm.name, importance=options.importance, search=search, pruned=pruned)
+    if not distributed.writes():  # under torchrun, rank 0 alone writes the folder
+        return pruned
     record = info.to_json()
     for key in ("out", "bytes_before", "bytes_after"):
         record.pop(key)

@@ -17,13 +17,15 @@ from typing import Any
 
 import torch
 
+from headlab import distributed
 from headlab.datasets.gap import GapData
 from headlab.datasets.treebank import TreebankData, TreebankSentence
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.roles.bootstrap import Sums
+from headlab.roles.checkpoint import Checkpoint, Stage, fingerprint
 from headlab.roles.options import RoleOptions
-from headlab.roles.passes import gap_pass, induction_pass, treebank_pass
+from headlab.roles.passes import Cursor, gap_pass, induction_pass, treebank_pass
 from headlab.roles.probes import coreference
 from headlab.roles.results import CoreferenceResult, HeadRole, RelationRow, RoleReport
 from headlab.roles.scoring import evidence as score_evidence
@@ -46,6 +48,7 @@ def measure_roles(
     gap: GapData | None = None,
     frequencies: Counter[str] | None = None,
     options: RoleOptions | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> RoleReport:
     """Score every head of ``lm`` for every role, classify it, and bootstrap the stability.
 
@@ -57,6 +60,12 @@ def measure_roles(
         gap: GAP examples (coreference probe); ``None`` skips it.
         frequencies: word counts for the rare-token probe (default: the treebank's own).
         options: replicates, seed, batch size, thresholds.
+        checkpoint: save the sums so far every few batches, and resume from the sums its file
+            holds (:mod:`headlab.roles.checkpoint`).
+
+    Under ``torchrun`` (an initialized :mod:`torch.distributed` process group) each rank runs
+    its share of the batches and the sums are added up over the ranks
+    (:mod:`headlab.distributed`): every rank returns the same report.
     """
     from headlab.datasets.treebank import word_frequencies
 
@@ -74,23 +83,46 @@ def measure_roles(
     relations = sorted({r for s in treebank for r in s.relations} - {"root"})
     # the statistics run where the model is; each corpus's sums come to the CPU once
     device = lm.device
-    tb = Sums(len(treebank), options.replicates, options.seed, device=device)
-    tb_skipped = treebank_pass(lm, treebank, freq, relations, tb, options)
-    tb.cpu()
-    if "queries" not in tb:
-        raise InputError("no treebank sentence could be aligned to the model's tokens")
-    gap_sums = None
-    gap_skipped: dict[str, int] = {}
+    part = distributed.part()
+    tb = Stage("treebank", Sums(len(treebank), options.replicates, options.seed, device=device))
+    gap_stage: Stage | None = None
+    ind: Stage | None = None
     if gap is not None:
-        gap_sums = Sums(len(gap.examples), options.replicates, options.seed + 1, device=device)
-        gap_skipped = gap_pass(lm, gap, gap_sums, options)
-        gap_sums.cpu()
-    ind = None
+        seed = options.seed + 1
+        gap_stage = Stage("gap", Sums(len(gap.examples), options.replicates, seed, device=device))
     if lm.causal:
-        ind = Sums(options.induction_sequences, options.replicates, options.seed + 2, device=device)
-        induction_pass(lm, ind, options)
-        ind.cpu()
-    evidence, scores, syn = score_evidence(tb, gap_sums, ind, options.thresholds)
+        n, seed = options.induction_sequences, options.seed + 2
+        ind = Stage("induction", Sums(n, options.replicates, seed, device=device))
+    stages = [s for s in (tb, gap_stage, ind) if s is not None]
+    if checkpoint is not None:
+        checkpoint.open(fingerprint(lm, treebank, gap, freq, options, part), part)
+        for stage in stages:
+            checkpoint.begin(stage)
+
+    def cursor(stage: Stage) -> Cursor:
+        after = None if checkpoint is None else checkpoint.after_batch(stage)
+        return Cursor(part=part, skip=stage.done, after_batch=after)
+
+    gap_skipped: dict[str, int] = {}
+    with distributed.failures("the role statistics"):
+        tb_skipped = treebank_pass(lm, treebank, freq, relations, tb.sums, options, cursor(tb))
+        if gap is not None and gap_stage is not None:
+            gap_skipped = gap_pass(
+                lm, gap, gap_stage.sums, options, cursor(gap_stage), counts=gap_stage.counts
+            )
+        if ind is not None:
+            induction_pass(lm, ind.sums, options, cursor(ind))
+    distributed.reduce_sums(*(s.sums for s in stages))
+    if gap_stage is not None:
+        gap_skipped = dict(Counter(gap_skipped) + distributed.reduce_counts(gap_stage.counts))
+    for stage in stages:
+        stage.sums.cpu()
+    if "queries" not in tb.sums:
+        raise InputError("no treebank sentence could be aligned to the model's tokens")
+    gap_sums = gap_stage.sums if gap_stage is not None else None
+    evidence, scores, syn = score_evidence(
+        tb.sums, gap_sums, None if ind is None else ind.sums, options.thresholds
+    )
     dominant = evidence.dominant()  # (R+1, L, H)
     excess = evidence.excess()[:, 0]  # (roles, L, H)
     counts = tuple(lm.layout.heads_per_layer)  # a model pruned layer by layer has fewer in some

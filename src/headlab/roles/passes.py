@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,6 +38,17 @@ from headlab.roles.probes import (
 #: product with one column per word; above it, :class:`WordArgmaxStream` (measured faster from
 #: about 30 tokens on: the product's columns grow with the words, the stream's work does not)
 DENSE_WORDS = 1 << 10
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Which batches of a pass this process runs: every ``part[1]``-th from ``part[0]`` on
+    (see :mod:`headlab.distributed`), less the first ``skip`` of them (done by the run that a
+    checkpoint resumes); ``after_batch`` is called after each one that ran."""
+
+    part: tuple[int, int] = (0, 1)
+    skip: int = 0
+    after_batch: Callable[[], None] | None = None
 
 
 class _LayerSums:
@@ -241,12 +253,15 @@ def treebank_pass(
     relations: list[str],
     sums: Sums,
     options: RoleOptions,
+    cursor: Cursor = Cursor(),
 ) -> dict[str, int]:
+    """Add the treebank's sums into ``sums``; returns the sentences left out, by reason."""
+
     def blocks(batch: Batch) -> TreebankBlocks:
         return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums)
 
     skipped: Counter[str] = Counter()
-    _stream(lm, [s.words for s in sentences], blocks, options, skipped)
+    _stream(lm, [s.words for s in sentences], blocks, options, skipped, cursor)
     return dict(skipped)
 
 
@@ -256,9 +271,11 @@ def _stream(
     blocks: Callable[[Batch], BlockConsumer],
     options: RoleOptions,
     skipped: Counter[str],
+    cursor: Cursor,
 ) -> None:
-    """Run ``texts`` through the model, each batch's attention blocks into ``blocks(batch)``;
-    count the sentences left out, by reason."""
+    """Run ``texts`` (the batches ``cursor`` names) through the model, each batch's attention
+    blocks into ``blocks(batch)``; count the sentences of the whole corpus that cannot be
+    batched, by reason."""
     for s in stream_corpus(
         lm,
         texts,
@@ -267,6 +284,9 @@ def _stream(
         block_elements=options.block_elements,
         dtype=options.dtype,
         progress=options.progress,
+        part=cursor.part,
+        skip=cursor.skip,
+        after_batch=cursor.after_batch,
     ):
         skipped[s.kind or s.reason] += 1
 
@@ -365,13 +385,24 @@ class GapBlocks(_Follows):
         self.layer_sums.flush(layer)
 
 
-def gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -> dict[str, int]:
+def gap_pass(
+    lm: LoadedModel,
+    gap: GapData,
+    sums: Sums,
+    options: RoleOptions,
+    cursor: Cursor = Cursor(),
+    counts: Counter[str] | None = None,
+) -> dict[str, int]:
+    """Add the GAP examples' sums into ``sums``; returns the rows left out, by reason: those
+    of the whole data set (the reader's, and those that cannot be batched), plus those of the
+    batches that ran when no ``counts`` is given; else these go into ``counts``."""
     skipped: Counter[str] = Counter({k: v for k, v in gap.skipped.items() if v})
+    in_batches = skipped if counts is None else counts
 
     def blocks(batch: Batch) -> GapBlocks:
-        return GapBlocks(lm, batch, gap.examples, sums, skipped)
+        return GapBlocks(lm, batch, gap.examples, sums, in_batches)
 
-    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped)
+    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped, cursor)
     return dict(skipped)
 
 
@@ -379,7 +410,9 @@ def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
     return max(b[0] - a[1], a[0] - b[1], 0)
 
 
-def induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
+def induction_pass(
+    lm: LoadedModel, sums: Sums, options: RoleOptions, cursor: Cursor = Cursor()
+) -> None:
     from headlab.models.capture import HeadCapture
 
     ids, start = induction.sequences(
@@ -391,7 +424,8 @@ def induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
             f"induction sequences of {ids.shape[1]} tokens exceed the model's {limit} positions"
         )
     per_batch = max(1, options.batch_tokens // ids.shape[1])
-    for lo in range(0, ids.shape[0], per_batch):
+    rank, world = cursor.part
+    for lo in range(0, ids.shape[0], per_batch)[rank::world][cursor.skip :]:
         chunk = ids[lo : lo + per_batch].to(lm.device)
         items = list(range(lo, lo + chunk.shape[0]))
         with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
@@ -400,3 +434,5 @@ def induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
         for layer in range(lm.n_layers):
             value = induction.collect(cap.pattern(layer), options.induction_length, start)
             sums.add_layer("induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads)
+        if cursor.after_batch is not None:
+            cursor.after_batch()

@@ -64,6 +64,13 @@ def add_parser(sub: Any) -> None:
         help="bootstrap resamples (default 100)",
     )
     p.add_argument(
+        "--reliability",
+        type=integer(0, 100),
+        metavar="K",
+        help="assign roles on K folds of whole documents too, as headlab roles does (default 5 "
+        "when the data has 5 documents, else off; 0: off)",
+    )
+    p.add_argument(
         "--sentence",
         action="append",
         type=text("a sentence"),
@@ -112,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
     from headlab.report import write_report
     from headlab.roles import RoleOptions, measure_roles
+    from headlab.roles.folds import default_reliability
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
@@ -140,6 +148,11 @@ def run(args: argparse.Namespace) -> int:
     gold = read_treebank(args.treebank or sample_path("treebank"), limit=args.limit)
     treebank = gold.sentences
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
+    folds = args.reliability
+    if folds is None:
+        folds = default_reliability(treebank, None if gap is None else gap.examples)
+    if folds == 1:
+        raise InputError("--reliability needs at least 2 folds (or 0 for none)")
     lm = load_model(args)
     if args.prune and lm.causal:  # before the roles, not after
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
@@ -150,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
         gold,
         gap=gap,
         frequencies=read_frequencies(sample_path("frequencies")),
-        options=RoleOptions(replicates=args.replicates, progress=sys.stderr.isatty()),
+        options=RoleOptions(
+            replicates=args.replicates, reliability=folds, progress=sys.stderr.isatty()
+        ),
     )
     if args.prune:
         pruning = _measure_curve(lm, say)

@@ -4,7 +4,9 @@ Every role statistic is a ratio of sums over sentences. Resampling sentences wit
 approximated by the Poisson bootstrap (each sentence enters each replicate ``Poisson(1)`` times;
 Hanley & MacGibbon 2006): weights are fixed per sentence and seed, so each replicate's sums are
 accumulated in the same single pass, in any batch order, and memory does not grow with the corpus.
-Replicate 0 is the corpus itself (all weights 1).
+Replicate 0 is the corpus itself (all weights 1). With ``folds``, rows 1..K come next: fold ``k``'s
+sums (weight 1 for its items, 0 for the others), so roles assigned on each fold of documents
+(:mod:`headlab.roles.folds`) come out of the same pass too; the bootstrap rows follow them.
 
 The sums live where the statistics are computed (each layer's on the device that layer runs
 on, for a model spread over devices), in float64, and move to the CPU once, when a corpus is
@@ -20,10 +22,17 @@ import torch
 
 
 class Sums:
-    """Named weighted sums ``(R + 1, ...)``; index 0 is the full corpus, 1..R are resamples."""
+    """Named weighted sums ``(1 + K + R, ...)``: the full corpus, K folds, R resamples."""
 
     def __init__(
-        self, n_items: int, replicates: int, seed: int, *, device: torch.device | str = "cpu"
+        self,
+        n_items: int,
+        replicates: int,
+        seed: int,
+        *,
+        device: torch.device | str = "cpu",
+        folds: Sequence[int] | None = None,
+        n_folds: int = 0,
     ) -> None:
         device = torch.device(device)
         if device.type == "mps":  # no float64 there: the sums stay on the CPU
@@ -31,7 +40,15 @@ class Sums:
         self.device = device
         gen = torch.Generator().manual_seed(seed)
         weights = torch.poisson(torch.ones(n_items, replicates), generator=gen)
-        weights = torch.cat([torch.ones(n_items, 1), weights], dim=1).double()  # (N, R+1)
+        fold_weights = torch.zeros(n_items, n_folds)
+        if n_folds:
+            if folds is None or len(folds) != n_items:
+                raise ValueError("folds must give one fold id per item")
+            ids = torch.as_tensor(list(folds), dtype=torch.long)
+            fold_weights[torch.arange(n_items), ids] = 1.0
+        self.n_folds = n_folds
+        # (N, 1 + K + R): the corpus, the folds, the bootstrap resamples
+        weights = torch.cat([torch.ones(n_items, 1), fold_weights, weights], dim=1).double()
         self.weights = weights.to(device)
         self.values: dict[str, torch.Tensor] = {}
         #: layer sums not yet gathered: name -> device -> ``(R + 1, n_layers, ...)``
@@ -40,7 +57,18 @@ class Sums:
 
     @property
     def replicates(self) -> int:
-        return self.weights.shape[1] - 1
+        """Bootstrap resamples (rows after the folds)."""
+        return self.weights.shape[1] - 1 - self.n_folds
+
+    @property
+    def fold_rows(self) -> slice:
+        """Rows of the per-fold sums."""
+        return slice(1, 1 + self.n_folds)
+
+    @property
+    def bootstrap_rows(self) -> slice:
+        """Rows of the bootstrap resamples."""
+        return slice(1 + self.n_folds, None)
 
     def _weights_t(self, items: Sequence[int], device: torch.device) -> torch.Tensor:
         """``(R+1, B)`` weights of ``items`` on ``device`` (the last batch's are kept, per

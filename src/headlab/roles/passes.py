@@ -123,7 +123,11 @@ class TreebankBlocks(_Follows):
         frequencies: Counter[str],
         relations: list[str],
         sums: Sums,
+        offsets: torch.Tensor | None = None,
     ) -> None:
+        """``offsets`` ``(Rel, 2)``: the baseline offsets chosen on the whole treebank
+        (:func:`~headlab.roles.probes.syntactic.best_offsets`); with them the pass also counts
+        the arcs where a head and its baseline are both right (``syntactic.both``)."""
         n_positions = batch.inputs["input_ids"].shape[1]
         device = batch.inputs["input_ids"].device
         self.geo = geo = build_geometry(
@@ -140,6 +144,8 @@ class TreebankBlocks(_Follows):
         rare_chance = torch.zeros(n_batch)
         counts = torch.zeros(n_batch, n_rel, 2)
         base = torch.zeros(n_batch, n_rel, 2, len(syntactic.OFFSETS))
+        base_to_head = [[False] * n_words for _ in range(n_batch)]
+        base_to_dep = torch.zeros(n_batch, n_words, n_rel + 1, dtype=torch.bool)
         for b, (i, a) in enumerate(zip(batch.indices, batch.alignments, strict=True)):
             s = sentences[i]
             plain = a.plain_words  # treebank word k is batch word plain[k]
@@ -149,6 +155,11 @@ class TreebankBlocks(_Follows):
                     gold_head[b][plain[k]] = plain[h]
                     relation[b][plain[k]] = r
             counts[b], base[b] = syntactic.sentence_counts(s.heads, rels, n_rel)
+            if offsets is not None:
+                to_head, to_dep = syntactic.baseline_flags(s.heads, rels, offsets)
+                for k in range(len(s.words)):
+                    base_to_head[b][plain[k]] = to_head[k]
+                    base_to_dep[b, plain[k], sorted(to_dep[k])] = True
             target = rare.targets(s.words, frequencies)
             n_target = sum(target)
             if n_target and len(s.words) > n_target:
@@ -164,6 +175,11 @@ class TreebankBlocks(_Follows):
         self.relation = table(relation, torch.long)
         self.rare_target = table(rare_target, torch.bool)
         self.rare_query = table(rare_query, torch.bool)
+        self.base_to_head: torch.Tensor | None = None
+        self.base_to_dep: torch.Tensor | None = None
+        if offsets is not None:
+            self.base_to_head = table(base_to_head, torch.bool)
+            self.base_to_dep = base_to_dep.to(device)
         idx = batch.indices
         sums.add("queries", idx, geo.query.sum(1).float())
         sums.add("broad.rows", idx, (geo.query & (geo.log_visible > 0)).sum(1).float())
@@ -239,9 +255,14 @@ class TreebankBlocks(_Follows):
             self._words = None
         else:
             return
-        self.layer_sums.add(
-            "syntactic.hits", syntactic.collect(argmax, self.gold_head, self.relation, self.n_rel)
+        arcs = syntactic.collect(
+            argmax, self.gold_head, self.relation, self.n_rel, self.base_to_head, self.base_to_dep
         )
+        if arcs.dim() == 5:  # hits, and the arcs where the baseline is right too
+            self.layer_sums.add("syntactic.hits", arcs[..., 0])
+            self.layer_sums.add("syntactic.both", arcs[..., 1])
+        else:
+            self.layer_sums.add("syntactic.hits", arcs)
         self.layer_sums.add("rare.hits", rare.collect(argmax, self.rare_target, self.rare_query))
         self.layer_sums.flush(layer)
 
@@ -254,11 +275,12 @@ def treebank_pass(
     sums: Sums,
     options: RoleOptions,
     cursor: Cursor = Cursor(),
+    offsets: torch.Tensor | None = None,
 ) -> dict[str, int]:
     """Add the treebank's sums into ``sums``; returns the sentences left out, by reason."""
 
     def blocks(batch: Batch) -> TreebankBlocks:
-        return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums)
+        return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums, offsets)
 
     skipped: Counter[str] = Counter()
     _stream(lm, [s.words for s in sentences], blocks, options, skipped, cursor)
@@ -343,6 +365,8 @@ class GapBlocks(_Follows):
         sums.add("coref.examples", idx, self.valid)
         sums.add("coref.nearest", idx, nearest)
         sums.add("coref.first", idx, first)
+        # (B, 2): which baselines are right, to count the pronouns where a head is right too
+        self.baseline_right = torch.stack([nearest, first], 1).to(device)
         self.candidates = self.candidates.to(device)
         self.answer = self.answer.to(device)
         self.valid = self.valid.to(device)
@@ -380,8 +404,10 @@ class GapBlocks(_Follows):
         if seen is None:
             return
         row = coreference.to_word_row(seen, self.geo)
-        hits = coreference.collect(row, self.candidates, self.answer)
-        self.layer_sums.add("coref.hits", hits * self.valid[:, None])
+        hits = coreference.collect(row, self.candidates, self.answer) * self.valid[:, None]
+        self.layer_sums.add("coref.hits", hits)
+        both = hits[..., None] * self.baseline_right[:, None, :]  # (B, H, 2)
+        self.layer_sums.add("coref.both", both)
         self.layer_sums.flush(layer)
 
 

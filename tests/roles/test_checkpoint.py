@@ -89,6 +89,7 @@ def test_a_checkpoint_of_other_arguments_is_refused(
     measure_roles(lm, tb, options=RoleOptions(replicates=2, batch_tokens=200), checkpoint=cp)
     assert ckpt.exists()  # the library keeps it; the CLI deletes it once the result is out
     args = ["roles", "--model", str(folder), "--limit", "8", "--no-gap", "--replicates", "3"]
+    capsys.readouterr()  # what building the folder printed (transformers' shard bar)
     assert main([*args, "--checkpoint", str(ckpt)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "other arguments, model or data" in err, err

@@ -10,7 +10,7 @@ in float32):
   between layers, so the peak is one layer's: its attention (the residual stream and the
   layer's input ``2 N E``, ``q``, ``k``, ``v``, the engine's copies of keys and values and its
   output ``N (2Q + 4K)``, for rotary families the rotated ``q`` and ``k`` and their temporaries
-  ``N (3Q + 2K)``, a decoder's ``B T T`` causal mask, plus one block of query rows, about
+  ``N (3Q + 2K)``, a decoder's ``B T T`` boolean causal mask, plus one block of query rows, about
   ``block_elements`` weights, or one row of every head when longer: its scores, its weights and
   the softmax's temporary) or its MLP (``2 N E`` plus ``2 N I``, ``3 N I`` for a
   gated MLP), whichever is larger; beside it the statistics' tables: the word geometry
@@ -180,8 +180,8 @@ def plan_memory(
     # products 2K and its output Q; rotary families: the rotated q and k and their temporaries
     per_token = 2 * e + 2 * q + 4 * kv + (3 * q + 2 * kv if lay.model_type in ROTARY else 0)
     attention = round(n * per_token * s) + 3 * block * STATS_BYTES
-    if lay.model_type in CAUSAL:  # the causal mask, one (B, T, T) float tensor per forward
-        attention += batch * context * context * STATS_BYTES
+    if lay.model_type in CAUSAL:  # the causal mask, one (B, T, T) bool tensor per forward
+        attention += batch * context * context
     mlp = round(n * (2 * e + (3 if gated else 2) * mlp_width) * s)
     streaming = {
         "layer (attention or MLP, the larger)": max(attention, mlp),

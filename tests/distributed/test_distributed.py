@@ -185,3 +185,58 @@ def test_a_failing_rank_stops_every_rank_and_nothing_is_written(tmp_path: Path) 
         "MemoryError: out of memory on this rank"
     )
     assert expected in lines
+
+
+KILLED_RANK = """
+import os, signal, sys
+import torch.distributed
+from headlab.cli import main
+from headlab.roles.checkpoint import Checkpoint
+
+real = Checkpoint.after_batch
+seen = 0
+
+
+def after_batch(self, stage):
+    done = real(self, stage)
+
+    def hook():
+        global seen
+        done()
+        seen += 1
+        if torch.distributed.get_rank() == 1 and seen == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+Checkpoint.after_batch = after_batch
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_ranks_resume_from_their_own_checkpoints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1 is SIGKILLed after its 3rd batch: torchrun ends the run, nothing is written; the
+    same command resumes each rank from its own file and prints one process's JSON."""
+    folder = build("bert", tmp_path / "bert")
+    ckpt = tmp_path / "roles.ckpt"
+    args = ["roles", "--model", str(folder), "--limit", "30", "--replicates", "3", "--json"]
+    args += ["--batch-tokens", "300"]
+    assert main(args) == 0
+    one = json.loads(capsys.readouterr().out)
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_RANK)
+    resumable = [*args, "--checkpoint", str(ckpt), "--checkpoint-every", "2"]
+    killed = torchrun([str(script), *resumable])
+    assert killed.returncode != 0 and killed.stdout == ""
+    files = {p.name for p in tmp_path.glob("roles.ckpt*")}
+    assert "roles.ckpt.rank1-of-2" in files, files
+    saved = torch.load(tmp_path / "roles.ckpt.rank1-of-2", weights_only=True)
+    assert sum(stage["done"] for stage in saved["stages"].values()) == 2
+    resumed = torchrun(["-m", "headlab", *resumable])
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same(json.loads(resumed.stdout), one)
+    assert not list(tmp_path.glob("roles.ckpt*"))

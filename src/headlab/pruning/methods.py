@@ -174,14 +174,17 @@ def compare_methods(
     evaluation: Metric | None = None,
     importance: Metric | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
+    importances: dict[str, Metric] | None = None,
+    data: Metric | None = None,
 ) -> dict[str, Any]:
     """Curves of gradient, ablation and L0 importance (and each with recovery when
     ``options.recover``) on the same evaluation data, in one run: the JSON of
     ``headlab prune --curve --compare`` (``schema``: ``headlab.prune-compare/1``).
 
     ``evaluation``/``importance`` replace the metrics :func:`build_metrics` would build;
-    ``settings`` overrides options per method (``{"ablation": {"step": 0.1}}``), e.g. to keep
-    ablation's one evaluation per head affordable.
+    ``settings`` overrides options per method (``{"ablation": {"step": 0.1}}``) and
+    ``importances`` the importance data per method, e.g. to keep ablation's one evaluation per
+    head affordable; ``data`` replaces the training text of the gates and of recovery.
     """
     from headlab.pruning.progressive import progressive_prune
     from headlab.pruning.workflow import CURVE_FRACTION, PruneResult, build_metrics
@@ -189,7 +192,8 @@ def compare_methods(
     options.check()
     if evaluation is None or importance is None:
         evaluation, importance, _ = build_metrics(lm, options)
-    data = training_data(lm, options, importance)
+    if data is None:
+        data = training_data(lm, options, importance)
     tell = say or (lambda message: None)
     base = evaluation.evaluate(lm)
     tell(f"unpruned: {evaluation.name} {base:.2f}")
@@ -208,7 +212,7 @@ def compare_methods(
         search = progressive_prune(
             lm,
             evaluation,
-            importance,
+            (importances or {}).get(method, importance),
             fraction=CURVE_FRACTION if mine.fraction is None else mine.fraction,
             step=mine.step,
             method=method,

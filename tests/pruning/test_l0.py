@@ -13,7 +13,7 @@ from tests.models.tiny import build
 
 from headlab.cli import main
 from headlab.datasets import read_stsb, sample_path
-from headlab.errors import InputError
+from headlab.errors import DataFormatError, InputError
 from headlab.models import HeadCapture, encode, load
 from headlab.pruning import prune_model
 from headlab.pruning.l0 import (
@@ -245,3 +245,57 @@ def test_the_cli_defaults_are_the_library_defaults() -> None:
 
     assert (cli.L0_WEIGHT, cli.L0_STEPS) == (workflow.L0_WEIGHT, workflow.L0_STEPS)
     assert PruneOptions().l0_config == L0Config(weight=cli.L0_WEIGHT, steps=cli.L0_STEPS)
+
+
+def test_the_compare_figure_can_put_kv_bytes_on_the_x_axis(tmp_path: Path) -> None:
+    from headlab.pruning.workflow import read_pruning_json
+    from headlab.report.figures import pruning_compare
+
+    def method(name: str) -> dict:
+        curve = [
+            {
+                "step": i,
+                "heads_removed": 2 * i,
+                "fraction": i / 4,
+                "metric": 10.0 + i,
+                "loss": i,
+                "kv_bytes_per_token": 128 - 32 * i,
+            }
+            for i in range(3)
+        ]
+        recovered = [
+            {
+                "step": 2,
+                "heads_removed": 4,
+                "fraction": 0.5,
+                "steps": 5,
+                "metric_before": 12.0,
+                "metric_after": 11.0,
+                "loss_after": 1.0,
+            }
+        ]
+        return {
+            "model": "m",
+            "metric": "perplexity",
+            "unit": "perplexity",
+            "importance": name,
+            "curve": curve,
+            "recovered": recovered,
+        }
+
+    data = {
+        "schema": "headlab.prune-compare/1",
+        "model": "m",
+        "metric": "perplexity",
+        "unit": "perplexity",
+        "higher_is_better": False,
+        "metric_before": 10.0,
+        "x": "kv-bytes",
+        "methods": [method(m) for m in ("gradient", "ablation", "l0")],
+    }
+    checked = read_pruning_json(data, "compare.json")
+    path = pruning_compare(checked, tmp_path / "kv.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    broken = {**data, "methods": [{**method("l0"), "curve": []}]}
+    with pytest.raises(DataFormatError, match=r"methods\[0\]: .*'curve' must be a non-empty"):
+        read_pruning_json(broken, "compare.json")

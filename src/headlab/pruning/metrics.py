@@ -9,7 +9,7 @@ metric's own units: Spearman points (x100), fidelity points (mean cosine x100), 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,15 +45,19 @@ def _ranks(v: torch.Tensor) -> torch.Tensor:
     return (sums / counts)[inverse]
 
 
-def gate_hooks(lm: LoadedModel, gates: torch.Tensor) -> list[Any]:
-    """Multiply each head's output by ``gates[layer, head]`` (differentiable); returns handles."""
+def gate_hooks(lm: LoadedModel, gates: torch.Tensor | Callable[[], torch.Tensor]) -> list[Any]:
+    """Multiply each head's output by ``gates[layer, head]`` (differentiable); returns handles.
+
+    ``gates`` may be a function returning the ``(L, H)`` gates, read at every forward (the L0
+    gates are drawn anew for each batch)."""
+    current = gates if callable(gates) else (lambda: gates)
     handles = []
     for layer, h in enumerate(lm.layers):
         n = lm.layout.heads_per_layer[layer]
 
         def hook(module: Any, args: tuple[Any, ...], layer: int = layer, n: int = n) -> Any:
             x = args[0]  # (B, T, H*D)
-            split = x.view(*x.shape[:-1], n, -1) * gates[layer, :n, None].to(x)  # on x's device
+            split = x.view(*x.shape[:-1], n, -1) * current()[layer, :n, None].to(x)  # on x's device
             return (split.reshape(x.shape), *args[1:])
 
         handles.append(h.out_proj.register_forward_pre_hook(hook))

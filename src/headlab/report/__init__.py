@@ -71,8 +71,12 @@ def write_report(
         if pruning:
             made.append(
                 (
-                    figures.pruning_curve(pruning, fig_dir / "pruning_curve.png"),
-                    "Pruning curve",
+                    figures.pruning_compare(pruning, fig_dir / "pruning_compare.png")
+                    if "methods" in pruning
+                    else figures.pruning_curve(pruning, fig_dir / "pruning_curve.png"),
+                    "Importance methods compared (with recovery)"
+                    if "methods" in pruning
+                    else "Pruning curve",
                 )
             )
         rel = [(f"figures/{path.name}", caption) for path, caption in made]

@@ -84,6 +84,8 @@ def _cells(experiments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         setting = ex.get("setting", "small")
         by_task: dict[str, list[dict[str, Any]]] = {}
         for cell in ex.get("summary", []):
+            if not isinstance(cell, dict) or not {"task", "n_heads", "metric", "mean"} <= set(cell):
+                continue  # a summary row of another shape: not evidence the ledger can read
             by_task.setdefault(cell["task"], []).append(cell)
         for task, cells in by_task.items():
             one = next((c for c in cells if c["n_heads"] == 1), None)
@@ -124,7 +126,8 @@ def _compare(
     scale = 1.0 if lower else 100.0  # accuracies in points
     spread = [f"{scale * c['std']:.2f}" for c in (one, best) if c.get("std") is not None]
     if spread:
-        text += f" (seed sd {' / '.join(spread)}, {one['seeds']} seeds)"
+        seeds = f", {one['seeds']} seeds" if one.get("seeds") else ""
+        text += f" (seed sd {' / '.join(spread)}{seeds})"
     else:
         text += " (one seed)"
     return {"task": task, "setting": setting, "better": better, "gap": gap, "text": text, "ex": ex}

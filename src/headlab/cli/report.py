@@ -90,8 +90,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prune", action="store_true", help="measure the pruning curve too (slower)")
     p.add_argument(
         "--experiment",
+        "--one-vs-many",
+        action="append",
         type=text("a file"),
-        help="the JSON of headlab experiment one-vs-many --json",
+        help="the JSON of headlab experiment one-vs-many --json (repeatable: e.g. the small "
+        "and the large setting)",
+    )
+    p.add_argument("--cost", type=text("a file"), help="the JSON of headlab experiment cost --json")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="measure everything the ledger needs: roles, the pruning curve, experiment cost "
+        "--quick and experiment one-vs-many --quick (files given are used instead)",
+    )
+    p.add_argument(
+        "--ledger-md",
+        type=text("a file"),
+        help="also write the ledger of the lesson's claims as a Markdown table to this file",
     )
     p.set_defaults(handler=run)
 
@@ -128,9 +143,13 @@ def run(args: argparse.Namespace) -> int:
         from headlab.pruning.workflow import read_pruning_json
 
         pruning = read_pruning_json(_read_json(args.pruning, "pruning result"), args.pruning)
-    experiment = _read_json(args.experiment, "experiment result") if args.experiment else None
-    if experiment is not None and not isinstance(experiment.get("summary", []), list):
-        raise InputError(f"{args.experiment}: expected the JSON of headlab experiment")
+    experiments = [_read_json(f, "experiment result") for f in args.experiment or []]
+    for path, experiment in zip(args.experiment or [], experiments, strict=True):
+        if not isinstance(experiment.get("summary", []), list):
+            raise InputError(f"{path}: expected the JSON of headlab experiment")
+    cost = _read_json(args.cost, "cost result") if args.cost else None
+    if cost is not None and not isinstance(cost.get("rows"), list):
+        raise InputError(f"{args.cost}: expected the JSON of headlab experiment cost --json")
     _check_focus_word(args.word, [LESSON_SENTENCE, *(args.sentence or [])])
 
     from headlab.outputs import check_output
@@ -157,7 +176,11 @@ def run(args: argparse.Namespace) -> int:
     if args.prune and lm.causal:  # before the roles, not after
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
     native_note("headlab report")
-    say(f"measuring the roles of {lm.n_layers * lm.n_heads} heads on {len(treebank)} sentences")
+    stages = " stage 1/4:" if args.full else ""
+    say(
+        f"{stages} measuring the roles of {lm.n_layers * lm.n_heads} heads on "
+        f"{len(treebank)} sentences".strip()
+    )
     roles = measure_roles(
         lm,
         gold,
@@ -167,7 +190,15 @@ def run(args: argparse.Namespace) -> int:
             replicates=args.replicates, reliability=folds, progress=sys.stderr.isatty()
         ),
     )
-    if args.prune:
+    if args.full:
+        from headlab.report.full import measure_extras
+
+        extras = measure_extras(lm, progress=say)
+        pruning = pruning or extras["pruning"]
+        cost = cost or extras["cost"]
+        if not any(e.get("task", "").startswith("binding") for e in experiments):
+            experiments.insert(0, extras["experiment"])
+    elif args.prune:
         pruning = _measure_curve(lm, say)
     sentences = [LESSON_SENTENCE, *(args.sentence or [])]
     sentences += [" ".join(s.words) for s in treebank if 6 <= len(s.words) <= 25][:4]
@@ -178,10 +209,18 @@ def run(args: argparse.Namespace) -> int:
         sentences=sentences,
         focus_word=args.word,
         pruning=pruning,
-        experiment=experiment,
+        experiment=experiments[0] if experiments else None,
+        experiments=experiments[1:],
+        cost=cost,
         overwrite=args.overwrite,
         progress=say,
     )
+    if args.ledger_md:
+        from headlab.outputs import write_text_atomic
+
+        ledger = (out / "ledger.md").read_text(encoding="utf-8")
+        write_text_atomic(args.ledger_md, ledger)
+        print(f"wrote {args.ledger_md}")
     print(f"wrote {out / 'index.html'}")
     return 0
 

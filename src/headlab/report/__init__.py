@@ -7,6 +7,7 @@ sees half a report.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from headlab.outputs import atomic_folder, check_output
 from headlab.report import figures
 from headlab.report.data import gather
 from headlab.report.html import render
+from headlab.report.ledger import ledger_markdown
 from headlab.roles.measure import RoleReport
 
 logger = logging.getLogger(__name__)
@@ -26,6 +28,8 @@ DEFAULT_FOLDER = "headlab-report"
 MARKER = ".headlab-report"
 #: the kind of output recorded in the folder's ``.headlab-output`` marker
 KIND = "report"
+#: the schema of ``ledger.json`` (``claims``: the rows of :func:`ledger.build_ledger`)
+LEDGER_SCHEMA = "headlab.ledger/1"
 
 
 def write_report(
@@ -37,10 +41,13 @@ def write_report(
     focus_word: str,
     pruning: dict[str, Any] | None = None,
     experiment: dict[str, Any] | None = None,
+    experiments: Sequence[dict[str, Any]] = (),
+    cost: dict[str, Any] | None = None,
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Write the report folder ``out`` (index.html and figures/) atomically.
+    """Write the report folder ``out`` (index.html, figures/, and the ledger of the lesson's
+    claims as ledger.json and ledger.md) atomically.
 
     An existing headlab report is replaced; another folder headlab wrote only with
     ``overwrite``; any other folder never (see :mod:`headlab.outputs`).
@@ -50,7 +57,14 @@ def write_report(
     say = progress or (lambda message: None)
     say("collecting attention patterns for the viewer")
     data = gather(
-        lm, roles, sentences, focus_word=focus_word, pruning=pruning, experiment=experiment
+        lm,
+        roles,
+        sentences,
+        focus_word=focus_word,
+        pruning=pruning,
+        experiment=experiment,
+        experiments=experiments,
+        cost=cost,
     )
     with atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp:
         say("drawing figures")
@@ -79,9 +93,21 @@ def write_report(
                     else "Pruning curve",
                 )
             )
+        if cost:
+            made.append(
+                (
+                    figures.cost_figure(cost, fig_dir / "cost.png"),
+                    "Time and peak memory of attention against the head count, at one width",
+                )
+            )
         rel = [(f"figures/{path.name}", caption) for path, caption in made]
         say("writing index.html")
         (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
+        (tmp / "ledger.json").write_text(
+            json.dumps({"schema": LEDGER_SCHEMA, "claims": data["ledger"]}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+        (tmp / "ledger.md").write_text(ledger_markdown(data["ledger"]), encoding="utf-8")
         (tmp / MARKER).write_text("written by headlab report\n", encoding="utf-8")
     return out
 

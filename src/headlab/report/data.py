@@ -49,8 +49,13 @@ def gather(
     focus_word: str,
     pruning: dict[str, Any] | None = None,
     experiment: dict[str, Any] | None = None,
+    experiments: Sequence[dict[str, Any]] = (),
+    cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report's data: model, spec, roles, viewer sentences, and optional extra results."""
+    """The report's data: model, spec, roles, viewer sentences, optional extra results
+    (``experiment`` and ``experiments``: one-vs-many results; ``cost``: experiment cost's), and
+    the ledger of the lesson's claims built from all of them."""
+    from headlab.report.ledger import build_ledger
     from headlab.spec.costs import compute_spec
 
     spec = compute_spec(lm.layout, context=512, dtype="fp32").as_dict()
@@ -58,6 +63,8 @@ def gather(
     for text in sentences:
         logger.info("patterns for %r", text[:40])
         viewer.append(sentence_patterns(lm, text))
+    every = [e for e in (experiment, *experiments) if e is not None]
+    roles_json = roles.to_json()
     return {
         "schema": "headlab.report/1",
         "model": lm.name,
@@ -65,11 +72,14 @@ def gather(
         "layers": lm.n_layers,
         "heads": lm.n_heads,
         "spec": spec,
-        "roles": roles.to_json(),
+        "roles": roles_json,
         "sentences": viewer,
         "focus": _focus(viewer, focus_word),
         "pruning": pruning,
         "experiment": experiment,
+        "experiments": every,
+        "cost": cost,
+        "ledger": build_ledger(roles=roles_json, pruning=pruning, cost=cost, experiments=every),
     }
 
 

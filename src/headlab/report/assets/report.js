@@ -338,12 +338,48 @@
     pr.appendChild(el("p", { class: "muted" }, "Not measured in this run (headlab report --prune adds it)."));
   }
   const ex = document.getElementById("experiment");
-  if (data.experiment && data.experiment.summary) {
-    ex.appendChild(table(["task", "heads", "metric", "mean", "spread"],
-      data.experiment.summary.map((r) => [r.task, r.n_heads, r.metric, fmt(r.mean, 3), fmt(r.std, 3)])));
+  const exps = (data.experiments || (data.experiment ? [data.experiment] : [])).filter((e) => e && e.summary);
+  if (exps.length) {
+    const rows = [];
+    exps.forEach((e) => e.summary.forEach((r) => rows.push([e.setting || "small", r.task, r.n_heads,
+      r.metric, fmt(r.mean, 3), fmt(r.std, 3), r.seeds])));
+    ex.appendChild(table(["setting", "task", "heads", "metric", "mean", "spread (sd)", "seeds"], rows));
   } else {
     ex.appendChild(el("p", { class: "muted" }, "Not measured in this run (headlab report --experiment FILE.json adds it)."));
   }
+
+  const co = document.getElementById("cost");
+  if (data.cost && data.cost.rows) {
+    co.appendChild(el("p", {}, "Width " + data.cost.options.width + ", on " + data.cost.device +
+      "; times are medians of alternating blocks (" + data.cost.timing_method + ")."));
+    co.appendChild(table(["tokens", "heads \u00d7 width", "parameters", "FLOPs (spec)", "fused forward ms",
+      "loop over heads / fused", "H\u00d7T\u00d7T weights bytes", "max |loop \u2212 fused|"],
+      data.cost.rows.map((r) => [r.length, r.heads + " \u00d7 " + r.head_dim, r.params.headlab, r.spec_flops,
+        fmt(1000 * r.forward_s.fused, 2), fmt(r.ratios.loop_vs_fused, 2) + "\u00d7", r.weights_bytes,
+        r.loop_max_abs_diff == null ? "\u2013" : r.loop_max_abs_diff.toExponential(1)])));
+  } else {
+    co.appendChild(el("p", { class: "muted" }, "Not measured in this run (headlab report --full, or --cost FILE.json)."));
+  }
+
+  // ---------------------------------------------------------------- the ledger
+  const ledger = document.getElementById("ledger");
+  const lt = el("table", { class: "data ledger" });
+  const head = el("tr");
+  ["claim", "measured", "verdict", "details"].forEach((h) => head.appendChild(el("th", {}, h)));
+  lt.appendChild(head);
+  (data.ledger || []).forEach((r) => {
+    const tr = el("tr");
+    tr.appendChild(el("td", {}, r.claim));
+    tr.appendChild(el("td", {}, r.figure || "\u2013"));
+    const v = el("td", { class: "verdict", title: "rule: " + r.rule }, r.verdict);
+    v.setAttribute("data-verdict", r.verdict);
+    tr.appendChild(v);
+    const link = el("td");
+    link.appendChild(el("a", { href: "#" + r.section }, "details"));
+    tr.appendChild(link);
+    lt.appendChild(tr);
+  });
+  ledger.appendChild(lt);
 
   // ---------------------------------------------------------------- start on the lesson
   state.word = data.focus.index;

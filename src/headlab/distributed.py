@@ -148,6 +148,9 @@ def reduce_sums(*all_sums: Sums | None) -> None:
     world = part()[1]
     if world == 1:
         return
+    for s in all_sums:
+        if s is not None:
+            s.gather()  # the layer sums of a model spread over devices, into one tensor each
     shapes = [{n: tuple(v.shape) for n, v in s.values.items()} if s else {} for s in all_sums]
     gathered: list[Any] = [None] * world
     _collective("comparing sums", torch.distributed.all_gather_object, gathered, shapes)

@@ -134,17 +134,23 @@ class Sums:
         parts = self._layers.pop(name, None)
         if not parts:
             return
-        total = None
+        total = self.values.get(name)  # an earlier gather's (a checkpoint's, say)
         for part in parts.values():
             part = part.to(self.device)
-            total = part if total is None else total + part
+            total = part if total is None else total.to(self.device) + part
         assert total is not None
         self.values[name] = total
 
-    def cpu(self) -> Sums:
-        """Move the sums (and weights) to the CPU, where scores are computed; returns ``self``."""
+    def gather(self) -> Sums:
+        """Add every layer sum's per-device parts into :attr:`values` on :attr:`device` (before
+        they are all-reduced across ranks or saved to a checkpoint); returns ``self``."""
         for name in list(self._layers):
             self._gather(name)
+        return self
+
+    def cpu(self) -> Sums:
+        """Move the sums (and weights) to the CPU, where scores are computed; returns ``self``."""
+        self.gather()
         if self.device.type != "cpu":
             self.device = torch.device("cpu")
             self.weights = self.weights.cpu()

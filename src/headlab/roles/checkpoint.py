@@ -115,7 +115,7 @@ class Checkpoint:
             name: {
                 "done": s.done,
                 "counts": dict(s.counts),
-                "values": {k: v.cpu() for k, v in s.sums.values.items()},
+                "values": {k: v.cpu() for k, v in s.sums.gather().values.items()},
             }
             for name, s in self._stages.items()
         }

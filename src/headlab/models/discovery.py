@@ -151,6 +151,10 @@ def dummy_inputs(model: Any, n_tokens: int = 5) -> dict[str, torch.Tensor]:
     return inputs
 
 
+def _train(model: nn.Module) -> None:
+    model.train()
+
+
 @torch.no_grad()
 def run_trace(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Trace:
     """One forward pass of ``model`` on ``inputs``, recording attention calls and linears.
@@ -176,7 +180,7 @@ def run_trace(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Trace:
     removers = [trace(on_call)]
     if model.training:  # no dropout in the traced pass
         model.eval()
-        removers.append(lambda: None if model.train() else None)
+        removers.append(lambda: _train(model))
     try:
         for module in model.modules():
             if _is_linear(module):

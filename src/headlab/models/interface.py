@@ -142,6 +142,29 @@ def call_rules(
     return causal, float(scaling) if scaling is not None else query.shape[-1] ** -0.5
 
 
+def per_call(functions: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """One function for a module that serves several layers (ALBERT shares one attention module
+    across all its layers): its ``i``-th call in a forward pass goes to ``functions[i]``."""
+    if len(functions) == 1:
+        return functions[0]
+    count = [0]
+
+    def dispatch(*args: Any) -> Any:
+        fn = functions[count[0] % len(functions)]
+        count[0] += 1
+        return fn(*args)
+
+    return dispatch
+
+
+def by_module(modules: list[nn.Module]) -> list[tuple[nn.Module, list[int]]]:
+    """The distinct modules of a layer list, each with the layers (in order) it serves."""
+    groups: dict[int, tuple[nn.Module, list[int]]] = {}
+    for layer, module in enumerate(modules):
+        groups.setdefault(id(module), (module, []))[1].append(layer)
+    return list(groups.values())
+
+
 def trace(tracer: Callable[..., None]) -> Callable[[], None]:
     """Call ``tracer(module, query, key, value, output)`` after every attention call of every
     module; returns the function that stops it."""

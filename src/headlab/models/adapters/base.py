@@ -101,6 +101,20 @@ class Adapter:
                 f"physical pruning of {type(h.attention).__name__} needs its query/key/value "
                 "projections, which discovery could not tell apart"
             )
+        cls = type(h.attention).__name__
+        if h.kind != "self":
+            return (
+                f"physical pruning of {cls} ({h.kind} attention) is not supported: headlab's "
+                "pruned folders record head counts for one stack of layers, not an encoder-decoder"
+            )
+        n_heads, n_kv, d = self.head_counts[layer]
+        own = {id(p) for m in (h.qkv.q, h.qkv.k, h.qkv.v, h.out_proj) for p in m.parameters()}
+        for name, p in h.attention.named_parameters():
+            if id(p) not in own and p.dim() == 1 and p.numel() in (n_heads * d, n_kv * d) and d > 1:
+                return (
+                    f"physical pruning of {cls} is not supported: {name} normalises all heads' "
+                    "queries or keys together, so removing a head changes the others"
+                )
         shared = [i for i, o in enumerate(self.handles) if o.attention is h.attention]
         if len(shared) > 1:
             return (

@@ -145,19 +145,22 @@ NOT_INTERFACE: dict[str, dict[str, Any]] = {
 }
 
 
-def config(model_type: str) -> Any:
+def config(model_type: str, **overrides: Any) -> Any:
     from transformers import AutoConfig
 
-    fields = {**ARCHITECTURES.get(model_type, NOT_INTERFACE.get(model_type, {}))}
+    fields = {**ARCHITECTURES.get(model_type, NOT_INTERFACE.get(model_type, {})), **overrides}
     fields = {k: v for k, v in fields.items() if v is not None}
     return AutoConfig.for_model(model_type, **fields)
 
 
-def build_model(model_type: str, *, seed: int = 0, attn_implementation: str | None = None) -> Any:
-    """The tiny random model (``AutoModel``) of ``model_type``, in eval mode, random biases."""
+def build_model(
+    model_type: str, *, seed: int = 0, attn_implementation: str | None = None, **overrides: Any
+) -> Any:
+    """The tiny random model (``AutoModel``) of ``model_type``, in eval mode, random biases
+    (``overrides``: config fields to change)."""
     from transformers import AutoModel
 
-    cfg = config(model_type)
+    cfg = config(model_type, **overrides)
     torch.manual_seed(seed)
     model = AutoModel.from_config(cfg, attn_implementation=attn_implementation)
     with torch.no_grad():

@@ -75,7 +75,8 @@ def _eager_maps(model_type: str, batch: dict[str, torch.Tensor], lm: LoadedModel
 
 
 def test_discovery_finds_every_layer(arch: tuple[str, LoadedModel, Any]) -> None:
-    model_type, lm, _ = arch
+    model_type, lm, batch = arch
+    _note(model_type, "text", "input_ids" in batch)
     kinds = [h.kind for h in lm.layers]
     if getattr(lm.model.config, "is_encoder_decoder", False):
         assert sorted(kinds) == ["cross", "cross", "decoder", "decoder", "encoder", "encoder"]
@@ -238,3 +239,34 @@ def test_families_outside_the_interface_get_one_line(model_type: str) -> None:
 
 def test_the_matrix_covers_at_least_forty_types() -> None:
     assert len(TYPES) >= 40
+
+
+#: one of each layout the end-to-end CLI test covers: separate, fused Conv1D, per-head
+#: interleaved, MQA, GQA with q/k norms, sliding windows, RoBERTa positions
+CLI_TYPES = ["mistral", "gpt2", "gpt_bigcode", "gpt_neox", "modernbert", "opt", "qwen3", "roberta"]
+
+
+@pytest.mark.parametrize("model_type", CLI_TYPES)
+def test_heads_and_roles_cli_on_a_tiny_folder(
+    model_type: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``headlab heads`` and ``headlab roles --model DIR`` on a saved tiny random folder of a
+    type no hand adapter ever served."""
+    from tests.models.tiny import tokenizer_path
+    from transformers import AutoTokenizer
+
+    from headlab.cli import main
+
+    folder = tmp_path / model_type
+    longer = {"max_position_embeddings": 130}  # the induction measure needs 96 tokens
+    build_model(model_type, **longer).save_pretrained(folder, safe_serialization=True)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_path()), local_files_only=True)
+    tok.save_pretrained(folder)
+    assert main(["heads", "The cat sat on the mat.", "--model", str(folder), "--json"]) == 0
+    heads = json.loads(capsys.readouterr().out)
+    assert heads
+    args = ["roles", "--model", str(folder), "--no-gap", "--replicates", "0", "--limit", "20"]
+    assert main([*args, "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table
+    _note(model_type, "roles_cli", True)

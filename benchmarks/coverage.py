@@ -61,7 +61,8 @@ def table(results: dict[str, dict[str, object]]) -> str:
         else:
             roles = NO
         pruning = r.get("pruning")
-        prune_cell = YES if pruning is True else f"no: {pruning}" if pruning else NO
+        why = str(pruning).split("is not supported: ", 1)[-1]  # the reason, without the class
+        prune_cell = YES if pruning is True else f"no: {why}" if pruning else NO
         rows.append(
             f"| `{model_type}` | {len(layers)} ({', '.join(kinds)}) | "
             f"{', '.join(r.get('qkv') or [])} | {_mark(capture)} | {_mark(ablation)} | "

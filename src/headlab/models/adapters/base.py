@@ -110,7 +110,8 @@ class Adapter:
         n_heads, n_kv, d = self.head_counts[layer]
         own = {id(p) for m in (h.qkv.q, h.qkv.k, h.qkv.v, h.out_proj) for p in m.parameters()}
         for name, p in h.attention.named_parameters():
-            if id(p) not in own and p.dim() == 1 and p.numel() in (n_heads * d, n_kv * d) and d > 1:
+            qk = name.split(".")[0].lower().startswith(("q", "k"))  # q_norm, k_layernorm...
+            if qk and id(p) not in own and p.numel() in (n_heads * d, n_kv * d) and d > 1:
                 return (
                     f"physical pruning of {cls} is not supported: {name} normalises all heads' "
                     "queries or keys together, so removing a head changes the others"

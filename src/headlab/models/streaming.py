@@ -26,7 +26,7 @@ from torch import nn
 
 from headlab.attention.blocks import Workspace, attention_blocks, key_lengths
 from headlab.errors import InputError
-from headlab.models.interface import call_rules, observe
+from headlab.models.interface import by_module, call_rules, observe, per_call
 from headlab.models.loading import LoadedModel
 
 
@@ -157,10 +157,9 @@ class StreamingAttention:
     def __enter__(self) -> StreamingAttention:
         self._pending = set(range(len(self.lm.layers)))
         try:
-            for layer, handles in enumerate(self.lm.layers):
-                self._removers.append(
-                    observe(handles.attention, self._layer(layer), computes_output=True)
-                )
+            for module, served in by_module([h.attention for h in self.lm.layers]):
+                fn = per_call([self._layer(layer) for layer in served])
+                self._removers.append(observe(module, fn, computes_output=True))
         except BaseException:
             self.__exit__(None)
             raise

@@ -307,7 +307,7 @@ def _check_compatible(lm: LoadedModel, options: PruneOptions) -> None:
             f"a pruned {lm.adapter.family} model cannot load in transformers: its config ties "
             "the head width to hidden_size / num_attention_heads and transformers 5 dropped "
             "pruned_heads; drop --transformers-compatible and load it with headlab.models.load "
-            "(Llama, Mistral, Qwen2 and Qwen3 models, not Phi-3, with --uniform load in both)"
+            "(docs/models.md's coverage table lists the model types whose pruned folders load in both)"
         )
     n, kv = lm.layout.heads_per_layer[0], lm.layout.kv_heads_per_layer[0]
     group = n // kv if kv != n else 1

@@ -12,6 +12,7 @@ from typing import Any
 from headlab.cli._args import integer, number, text
 from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import console, emit_json, human_bytes
+from headlab.cli._progress import progress_for
 
 
 def add_parser(sub: Any) -> None:
@@ -128,16 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     lm = load_model(args, with_lm_head=options.needs_lm_head)
-
-    metric = options.metric or ("perplexity" if lm.causal else "stsb")
-
-    def progress(point: Any) -> None:
-        print(
-            f"step {point.step}: {point.heads_removed} heads removed, {metric} {point.metric:.2f}",
-            file=sys.stderr,
-        )
-
-    result = run_pruning(lm, options, on_step=progress)
+    with progress_for(args, "headlab prune") as progress:
+        result = run_pruning(lm, options, progress=progress)
     for note in result.notes:
         print(f"headlab prune: {note}", file=sys.stderr)
     return _print(args, result.to_json())

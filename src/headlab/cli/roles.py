@@ -11,6 +11,7 @@ from typing import Any
 from headlab.cli._args import integer, seed, text
 from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import console, emit_json, native_note
+from headlab.cli._progress import progress_for
 
 #: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
 MAX_REPLICATES = 100_000
@@ -96,17 +97,15 @@ def run(args: argparse.Namespace) -> int:
         args.dtype = "bfloat16"
     lm = load_model(args)
     native_note("headlab roles")
-    report = measure_roles(
-        lm,
-        gold,
-        gap=gap,
-        frequencies=frequencies,
-        options=RoleOptions(
-            replicates=args.replicates,
-            seed=args.seed,
-            progress=sys.stderr.isatty(),
-        ),
-    )
+    with progress_for(args, "headlab roles") as progress:
+        report = measure_roles(
+            lm,
+            gold,
+            gap=gap,
+            frequencies=frequencies,
+            options=RoleOptions(replicates=args.replicates, seed=args.seed),
+            progress=progress,
+        )
     if args.json:
         emit_json(report.to_json())
     elif args.csv:

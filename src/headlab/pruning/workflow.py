@@ -14,6 +14,7 @@ from typing import Any
 
 from headlab.errors import DataFormatError, InputError, OutputExistsError, PruningError
 from headlab.models.loading import LoadedModel
+from headlab.progress import Progress
 from headlab.pruning.metrics import Metric
 from headlab.pruning.progressive import CurvePoint, PruneSearch
 
@@ -271,8 +272,10 @@ def run_pruning(
     options: PruneOptions,
     *,
     on_step: Callable[[CurvePoint], None] | None = None,
+    progress: Progress | None = None,
 ) -> PruneResult:
     """Search the pruning curve of ``lm``; with ``options.fraction`` also prune and save.
+    ``on_step`` gets each point of the curve; ``progress`` is told of the search's steps.
 
     ``lm`` is pruned in place when a model is written (load it again to use the original).
 
@@ -299,6 +302,7 @@ def run_pruning(
         method=options.importance,
         uniform=options.uniform or options.transformers_compatible,
         on_step=on_step,
+        progress=progress,
     )
     notes: list[str] = []
     if options.fraction is None:

@@ -8,12 +8,13 @@ sees half a report.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from headlab.models.loading import LoadedModel
 from headlab.outputs import atomic_folder, check_output
+from headlab.progress import Progress, stage
 from headlab.report import figures
 from headlab.report.data import gather
 from headlab.report.html import render
@@ -38,22 +39,31 @@ def write_report(
     pruning: dict[str, Any] | None = None,
     experiment: dict[str, Any] | None = None,
     overwrite: bool = False,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     """Write the report folder ``out`` (index.html and figures/) atomically.
 
     An existing headlab report is replaced; another folder headlab wrote only with
-    ``overwrite``; any other folder never (see :mod:`headlab.outputs`).
+    ``overwrite``; any other folder never (see :mod:`headlab.outputs`). ``progress`` is told
+    of two stages: the viewer's patterns, then the figures and the page.
     """
     out = Path(out)
     check_output(out, overwrite=overwrite, kind=KIND, replace_kind=True)
-    say = progress or (lambda message: None)
-    say("collecting attention patterns for the viewer")
     data = gather(
-        lm, roles, sentences, focus_word=focus_word, pruning=pruning, experiment=experiment
+        lm,
+        roles,
+        sentences,
+        focus_word=focus_word,
+        pruning=pruning,
+        experiment=experiment,
+        progress=progress,
     )
-    with atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp:
-        say("drawing figures")
+    showcase = _showcase(roles)
+    n_files = 2 + len(showcase) + bool(pruning)  # the role grid, heatmaps, curve, index.html
+    with (
+        atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp,
+        stage(progress, "figures and page", n_files, "files") as report,
+    ):
         fig_dir = tmp / "figures"
         fig_dir.mkdir()
         made = [
@@ -62,12 +72,14 @@ def write_report(
                 "Dominant role of every head (letters faint where the role is unstable)",
             )
         ]
-        for layer, head, why in _showcase(roles):
+        report.advance()
+        for layer, head, why in showcase:
             name = f"heatmap_L{layer}_H{head}.png"
             title = f"layer {layer}, head {head} ({why}) on the lesson sentence"
             made.append(
                 (figures.heatmap(data["sentences"][0], layer, head, fig_dir / name, title), title)
             )
+            report.advance()
         if pruning:
             made.append(
                 (
@@ -75,9 +87,10 @@ def write_report(
                     "Pruning curve",
                 )
             )
+            report.advance()
         rel = [(f"figures/{path.name}", caption) for path, caption in made]
-        say("writing index.html")
         (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
+        report.advance()
         (tmp / MARKER).write_text("written by headlab report\n", encoding="utf-8")
     return out
 

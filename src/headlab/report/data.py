@@ -9,6 +9,7 @@ from typing import Any
 
 from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
+from headlab.progress import Progress, stage
 from headlab.roles.measure import RoleReport
 
 logger = logging.getLogger(__name__)
@@ -49,15 +50,19 @@ def gather(
     focus_word: str,
     pruning: dict[str, Any] | None = None,
     experiment: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """The report's data: model, spec, roles, viewer sentences, and optional extra results."""
+    """The report's data: model, spec, roles, viewer sentences, and optional extra results
+    (the viewer's sentences are one stage of ``progress``)."""
     from headlab.spec.costs import compute_spec
 
     spec = compute_spec(lm.layout, context=512, dtype="fp32").as_dict()
     viewer = []
-    for text in sentences:
-        logger.info("patterns for %r", text[:40])
-        viewer.append(sentence_patterns(lm, text))
+    with stage(progress, "viewer patterns", len(sentences), "sentences") as report:
+        for text in sentences:
+            logger.info("patterns for %r", text[:40])
+            viewer.append(sentence_patterns(lm, text))
+            report.advance()
     return {
         "schema": "headlab.report/1",
         "model": lm.name,

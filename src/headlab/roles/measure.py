@@ -21,6 +21,7 @@ from headlab.datasets.gap import GapData
 from headlab.datasets.treebank import TreebankData, TreebankSentence
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
+from headlab.progress import Progress
 from headlab.roles.bootstrap import Sums
 from headlab.roles.options import RoleOptions
 from headlab.roles.passes import gap_pass, induction_pass, treebank_pass
@@ -46,6 +47,7 @@ def measure_roles(
     gap: GapData | None = None,
     frequencies: Counter[str] | None = None,
     options: RoleOptions | None = None,
+    progress: Progress | None = None,
 ) -> RoleReport:
     """Score every head of ``lm`` for every role, classify it, and bootstrap the stability.
 
@@ -57,6 +59,8 @@ def measure_roles(
         gap: GAP examples (coreference probe); ``None`` skips it.
         frequencies: word counts for the rare-token probe (default: the treebank's own).
         options: replicates, seed, batch size, thresholds.
+        progress: told of each pass over the data (``treebank``, ``GAP``, ``induction``) as
+            its batches go by (:mod:`headlab.progress`; default: nothing).
     """
     from headlab.datasets.treebank import word_frequencies
 
@@ -75,7 +79,7 @@ def measure_roles(
     # the statistics run where the model is; each corpus's sums come to the CPU once
     device = lm.device
     tb = Sums(len(treebank), options.replicates, options.seed, device=device)
-    tb_skipped = treebank_pass(lm, treebank, freq, relations, tb, options)
+    tb_skipped = treebank_pass(lm, treebank, freq, relations, tb, options, progress)
     tb.cpu()
     if "queries" not in tb:
         raise InputError("no treebank sentence could be aligned to the model's tokens")
@@ -83,12 +87,12 @@ def measure_roles(
     gap_skipped: dict[str, int] = {}
     if gap is not None:
         gap_sums = Sums(len(gap.examples), options.replicates, options.seed + 1, device=device)
-        gap_skipped = gap_pass(lm, gap, gap_sums, options)
+        gap_skipped = gap_pass(lm, gap, gap_sums, options, progress)
         gap_sums.cpu()
     ind = None
     if lm.causal:
         ind = Sums(options.induction_sequences, options.replicates, options.seed + 2, device=device)
-        induction_pass(lm, ind, options)
+        induction_pass(lm, ind, options, progress)
         ind.cpu()
     evidence, scores, syn = score_evidence(tb, gap_sums, ind, options.thresholds)
     dominant = evidence.dominant()  # (R+1, L, H)

@@ -20,6 +20,7 @@ from headlab.models.loading import LoadedModel
 from headlab.models.runner import Batch, stream_corpus
 from headlab.models.streaming import BlockConsumer
 from headlab.models.words import Alignment
+from headlab.progress import Progress, stage
 from headlab.roles.bootstrap import Sums
 from headlab.roles.geometry import WordArgmaxStream, build_geometry
 from headlab.roles.options import RoleOptions
@@ -200,12 +201,13 @@ def treebank_pass(
     relations: list[str],
     sums: Sums,
     options: RoleOptions,
+    progress: Progress | None = None,
 ) -> dict[str, int]:
     def blocks(batch: Batch) -> TreebankBlocks:
         return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums)
 
     skipped: Counter[str] = Counter()
-    _stream(lm, [s.words for s in sentences], blocks, options, skipped)
+    _stream(lm, [s.words for s in sentences], blocks, options, skipped, progress, "treebank")
     return dict(skipped)
 
 
@@ -215,9 +217,11 @@ def _stream(
     blocks: Callable[[Batch], BlockConsumer],
     options: RoleOptions,
     skipped: Counter[str],
+    progress: Progress | None,
+    name: str,
 ) -> None:
     """Run ``texts`` through the model, each batch's attention blocks into ``blocks(batch)``;
-    count the sentences left out, by reason."""
+    count the sentences left out, by reason. One stage ``name`` of ``progress``."""
     for s in stream_corpus(
         lm,
         texts,
@@ -225,7 +229,8 @@ def _stream(
         batch_tokens=options.batch_tokens,
         block_elements=options.block_elements,
         dtype=options.dtype,
-        progress=options.progress,
+        progress=progress,
+        stage=name,
     ):
         skipped[s.kind or s.reason] += 1
 
@@ -320,13 +325,19 @@ class GapBlocks:
         self.layer_sums.flush(layer)
 
 
-def gap_pass(lm: LoadedModel, gap: GapData, sums: Sums, options: RoleOptions) -> dict[str, int]:
+def gap_pass(
+    lm: LoadedModel,
+    gap: GapData,
+    sums: Sums,
+    options: RoleOptions,
+    progress: Progress | None = None,
+) -> dict[str, int]:
     skipped: Counter[str] = Counter({k: v for k, v in gap.skipped.items() if v})
 
     def blocks(batch: Batch) -> GapBlocks:
         return GapBlocks(lm, batch, gap.examples, sums, skipped)
 
-    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped)
+    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped, progress, "GAP")
     return dict(skipped)
 
 
@@ -334,7 +345,9 @@ def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
     return max(b[0] - a[1], a[0] - b[1], 0)
 
 
-def induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
+def induction_pass(
+    lm: LoadedModel, sums: Sums, options: RoleOptions, progress: Progress | None = None
+) -> None:
     from headlab.models.capture import HeadCapture
 
     ids, start = induction.sequences(
@@ -346,12 +359,16 @@ def induction_pass(lm: LoadedModel, sums: Sums, options: RoleOptions) -> None:
             f"induction sequences of {ids.shape[1]} tokens exceed the model's {limit} positions"
         )
     per_batch = max(1, options.batch_tokens // ids.shape[1])
-    for lo in range(0, ids.shape[0], per_batch):
-        chunk = ids[lo : lo + per_batch].to(lm.device)
-        items = list(range(lo, lo + chunk.shape[0]))
-        with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
-            lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
-        sums.add("induction.n", items, torch.ones(len(items)))
-        for layer in range(lm.n_layers):
-            value = induction.collect(cap.pattern(layer), options.induction_length, start)
-            sums.add_layer("induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads)
+    with stage(progress, "induction", ids.shape[0], "sequences") as report:
+        for lo in range(0, ids.shape[0], per_batch):
+            chunk = ids[lo : lo + per_batch].to(lm.device)
+            items = list(range(lo, lo + chunk.shape[0]))
+            with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
+                lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
+            sums.add("induction.n", items, torch.ones(len(items)))
+            for layer in range(lm.n_layers):
+                value = induction.collect(cap.pattern(layer), options.induction_length, start)
+                sums.add_layer(
+                    "induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
+                )
+            report.advance(len(items))

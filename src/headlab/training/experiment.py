@@ -7,13 +7,14 @@ exactly the same parameters; only how the width is cut into heads differs.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from headlab.progress import Progress
 from headlab.training.model import ModelConfig, TinyTransformer
 from headlab.training.tasks import (
     BindingModel,
@@ -26,8 +27,6 @@ from headlab.training.tasks import (
     shakespeare_text,
 )
 from headlab.training.trainer import TrainConfig, seed_everything, train
-
-Progress = Callable[[str], None] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +53,7 @@ def n_parameters(model: torch.nn.Module) -> int:
 
 
 def run_binding(
-    cfg: GridConfig, n_heads: int, seed: int, progress: Progress, *, mlp: bool = False
+    cfg: GridConfig, n_heads: int, seed: int, progress: Progress | None, *, mlp: bool = False
 ) -> dict[str, Any]:
     """Task 1. ``mlp=False`` (the main variant): attention-only blocks, so that only attention
     can tie a token to the marker before it; ``mlp=True`` lets MLPs build such conjunctions."""
@@ -92,7 +91,12 @@ def run_binding(
 
 
 def run_lm(
-    cfg: GridConfig, n_heads: int, seed: int, data: Path, progress: Progress, cache: dict[str, Any]
+    cfg: GridConfig,
+    n_heads: int,
+    seed: int,
+    data: Path,
+    progress: Progress | None,
+    cache: dict[str, Any],
 ) -> dict[str, Any]:
     if "ids" not in cache:
         text = cache.pop("text", None) or shakespeare_text(data)
@@ -146,8 +150,9 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress = None) -> dict[str, Any]:
-    """Run the grid; returns ``{"task", "runs": [...], "summary": [...], "config"}``."""
+def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the grid; returns ``{"task", "runs": [...], "summary": [...], "config"}``. Each
+    training run is one stage of ``progress``, in steps."""
     runs: list[dict[str, Any]] = []
     cache: dict[str, Any] = {}
     if "language-model" in cfg.tasks:  # a missing corpus is found before any training

@@ -12,6 +12,7 @@ from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import native_note
 from headlab.cli._progress import progress_for
 from headlab.cli.heads import LESSON_SENTENCE
+from headlab.progress import Progress
 
 
 def add_parser(sub: Any) -> None:
@@ -190,7 +191,7 @@ def _check_focus_word(word: str, sentences: list[str]) -> None:
     raise InputError(f"--word {word!r} is in none of the viewer's sentences ({shown})")
 
 
-def _measure_curve(lm: Any, progress: Any) -> dict[str, Any]:
+def _measure_curve(lm: Any, progress: Progress | None) -> dict[str, Any]:
     """``headlab prune --curve``'s workflow and JSON, on the bundled STS-B sample."""
     from headlab.errors import InputError
     from headlab.pruning.workflow import PruneOptions, run_pruning

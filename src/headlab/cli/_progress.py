@@ -24,6 +24,8 @@ from headlab.progress import NO_PROGRESS, Progress
 
 #: seconds between the plain lines of one long stage (its end always gets one)
 PLAIN_INTERVAL = 30.0
+#: seconds between redraws of the rich bar, drawn between batches (no drawing thread)
+RICH_INTERVAL = 0.25
 
 
 def is_rank_zero() -> bool:
@@ -95,20 +97,29 @@ def _columns() -> tuple[Any, ...]:
 
 
 class RichProgress:
-    """One rich bar per stage on ``console`` (a terminal); see the module docstring."""
+    """One rich bar per stage on ``console`` (a terminal); see the module docstring.
 
-    def __init__(self, console: Any) -> None:
+    The bar is redrawn from :meth:`advance`, at most every :data:`RICH_INTERVAL` seconds, not
+    by rich's refresh thread: on a CPU whose cores all run torch's threads, a thread that
+    wakes ten times a second stalls each parallel loop it lands in.
+    """
+
+    def __init__(self, console: Any, *, interval: float = RICH_INTERVAL) -> None:
         self.console = console
+        self.interval = interval
         self._bar: Any = None
         self._task: Any = None
+        self._drawn = 0.0
 
     def start(self, name: str, total: int | None = None, unit: str = "items") -> None:
         from rich.progress import Progress as Bar
 
         self.close()
-        self._bar = Bar(*_columns(), console=self.console, transient=False)
+        self._bar = Bar(*_columns(), console=self.console, transient=False, auto_refresh=False)
         self._task = self._bar.add_task(name, total=total, unit=unit, note="")
         self._bar.start()
+        self._bar.refresh()
+        self._drawn = time.monotonic()
 
     def advance(self, n: int = 1, *, note: str | None = None) -> None:
         if self._bar is None:
@@ -117,6 +128,10 @@ class RichProgress:
             self._bar.advance(self._task, n)
         else:
             self._bar.update(self._task, advance=n, note=note)
+        now = time.monotonic()
+        if now - self._drawn >= self.interval:
+            self._drawn = now
+            self._bar.refresh()
 
     def end(self) -> None:
         if self._bar is not None:

@@ -137,6 +137,7 @@ CASES: dict[str, Case] = {
     "report --word ''": Case(["report", "--word", ""], 2, "--word: expected a word"),
     "report --out ''": Case(["report", "--out", ""], 2, "--out: expected a folder"),
     "prune --text ''": Case(["prune", "--curve", "--text", "  "], 2, "expected a file"),
+    "report --one-vs-many ''": Case(["report", "--one-vs-many", ""], 2, "expected a file"),
     "experiment --data ''": Case(["experiment", "one-vs-many", "--data", ""], 2, "expected a"),
     # meaningless values
     "report --word not in the sentence": Case(
@@ -211,6 +212,12 @@ CASES: dict[str, Case] = {
         ["report", "--pruning", f"{F}/curve-list.json", "--out", "r"],
         1,
         "curve[0] must be an object",
+    ),
+    "report --cost NaN": Case(
+        ["report", "--cost", f"{F}/curve-nan.json", "--out", "r"], 1, "NaN is not a number"
+    ),
+    "report --cost a pruning file": Case(
+        ["report", "--cost", f"{F}/curve-no-model.json", "--out", "r"], 1, "experiment cost"
     ),
     "report --pruning NaN": Case(
         ["report", "--pruning", f"{F}/curve-nan.json", "--out", "r"], 1, "NaN is not a number"

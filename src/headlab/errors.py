@@ -69,3 +69,7 @@ class OutputExistsError(HeadlabError, FileExistsError):
 
 class OutputError(HeadlabError, OSError):
     """An output folder cannot be written (read-only, full, no permission)."""
+
+
+class DistributedError(HeadlabError, RuntimeError):
+    """A run across processes (``torchrun``) cannot go on: another rank failed or stopped."""

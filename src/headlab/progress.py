@@ -68,3 +68,21 @@ def stage(
     reporter.start(name, total, unit)
     yield reporter
     reporter.end()
+
+
+class Prefixed:
+    """A :class:`Progress` that names each stage ``"<prefix>: <name>"`` on ``inner``: one
+    workflow run several times (each method of a comparison, each part of a longer run)."""
+
+    def __init__(self, inner: Progress | None, prefix: str) -> None:
+        self.inner = NO_PROGRESS if inner is None else inner
+        self.prefix = prefix
+
+    def start(self, name: str, total: int | None = None, unit: str = "items") -> None:
+        self.inner.start(f"{self.prefix}: {name}", total, unit)
+
+    def advance(self, n: int = 1, *, note: str | None = None) -> None:
+        self.inner.advance(n, note=note)
+
+    def end(self) -> None:
+        self.inner.end()

@@ -103,6 +103,7 @@ ROW_KEYS = {
     "ratio_spread",
     "memory_forward",
     "memory_forward_backward",
+    "loop_max_abs_diff",
 }
 
 
@@ -128,6 +129,8 @@ def test_cli_quick_json_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture
             "weights_vs_torch_fb",
         }
         assert row["flops"]["matmuls"] == row["spec_flops"]
+        # heads one at a time through their slices of W_O, summed: the module's output
+        assert 0.0 <= row["loop_max_abs_diff"] <= 1e-5
         # the kept weights are in the weights path's peak, not in the fused path's
         assert row["memory_forward"]["weights"] >= row["weights_bytes"]
     eight = data["rows"][1]

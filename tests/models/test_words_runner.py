@@ -158,12 +158,16 @@ def test_bad_model_folders(tmp_path: Path, tiny_bert) -> None:
     alien = tmp_path / "alien"
     alien.mkdir()
     (alien / "config.json").write_text(
-        json.dumps({"model_type": "t5", "num_layers": 2, "num_heads": 2, "d_model": 8})
+        json.dumps(
+            {"model_type": "deberta-v2", "num_hidden_layers": 2, "num_attention_heads": 2}
+            | {"hidden_size": 8, "vocab_size": 100}
+        )
     )
     (alien / "model.safetensors").write_bytes(b"")
+    tiny_bert.tokenizer.save_pretrained(alien)
     with pytest.raises(
         UnsupportedModelError,
-        match=r"no headlab adapter for model_type 't5'; supported: .*gpt2.*llama",
+        match=r"^attention in DebertaV2Model does not go through transformers' attention interface$",
     ):
         load(alien)
     corrupt = tmp_path / "corrupt"

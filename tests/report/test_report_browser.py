@@ -176,3 +176,27 @@ def test_a_model_pruned_layer_by_layer(browser, tmp_path: Path) -> None:
     assert page.locator("#viewer svg line").count() > 0
     assert errors == []
     page.close()
+
+
+def test_the_ledger_renders_and_each_link_lands_on_its_section(page) -> None:
+    """The page opens on the ledger: one row per claim of the lesson, a verdict in each, and
+    every "details" link scrolls to a section of the page that exists."""
+    from headlab.report.ledger import HOLDS, MISSING, PART, SCALE
+
+    rows = page.locator("#ledger table.ledger tr")
+    assert rows.count() == 1 + 8  # the header and the eight claims
+    verdicts = page.eval_on_selector_all("#ledger td.verdict", "ts => ts.map(t => t.textContent)")
+    assert len(verdicts) == 8 and set(verdicts) <= {HOLDS, PART, SCALE, MISSING}
+    assert verdicts[1] != MISSING  # the roles are measured in every report
+    links = page.eval_on_selector_all("#ledger a", "as => as.map(a => a.getAttribute('href'))")
+    assert len(links) == 8
+    for href in links:
+        tag = page.evaluate(f"(document.querySelector({href!r}) || {{}}).tagName")
+        assert tag == "SECTION", href
+        page.click(f"#ledger a[href='{href}'] >> nth=0")
+        assert page.evaluate("location.hash") == href
+        top = page.evaluate(f"document.querySelector({href!r}).getBoundingClientRect().top")
+        assert abs(top) < 5 or page.evaluate(  # at the top, or the page cannot scroll further
+            "window.innerHeight + window.scrollY >= document.body.scrollHeight - 2"
+        )
+    assert page.errors == []

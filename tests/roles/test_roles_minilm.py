@@ -183,9 +183,16 @@ def test_csv_has_a_row_per_head(capsys: pytest.CaptureFixture[str]) -> None:
     import csv
     import io
 
-    assert main(["roles", "--limit", "20", "--replicates", "0", "--no-gap", "--csv"]) == 0
+    argv = ["roles", "--limit", "20", "--replicates", "0", "--no-gap", "--csv"]
+    assert main([*argv, "--reliability", "0"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == 72 and rows[0]["layer"] == "0" and rows[0]["stability"] == ""
+    assert main(argv) == 0  # 20 sample sentences span 4 documents: no folds by default
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0]["stability"] == "" and rows[0]["stable"] == ""
+    assert main([*argv, "--reliability", "2"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {r["stable"] for r in rows} <= {"true", "false"} and rows[0]["fold_agreement"] != ""
     assert "coreference" not in rows[0] or rows[0]["coreference"] == ""
 
 

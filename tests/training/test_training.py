@@ -191,3 +191,130 @@ def test_summary_gives_no_spread_for_a_single_seed() -> None:
     assert one["mean"] == pytest.approx(0.3)
     assert one["std"] == pytest.approx(statistics.stdev([0.2, 0.4, 0.3]))
     assert four["seeds"] == 1 and four["std"] is None
+
+
+# -- the large setting (character-level language model), run here on a tiny scale ---------------
+
+
+def _corpus(tmp_path: Path) -> Path:
+    """A data folder holding a small corpus/tinyshakespeare/input.txt (the bundled treebank's
+    sentences: real English, a few dozen distinct characters)."""
+    from headlab.datasets import read_conllu
+
+    lines = [" ".join(s.words) for s in read_conllu(sample_path("treebank"), limit=200)]
+    folder = tmp_path / "data"
+    (folder / "corpus" / "tinyshakespeare").mkdir(parents=True)
+    (folder / "corpus" / "tinyshakespeare" / "input.txt").write_text("\n".join(lines) * 3)
+    return folder
+
+
+def _tiny_large(**kw: object) -> object:
+    from headlab.training.experiment import GridConfig
+
+    tiny = dict(
+        d_model=16,
+        n_layers=1,
+        d_ff=32,
+        heads=(1, 4),
+        seeds=(0,),
+        lm_steps=4,
+        lm_window=16,
+        lm_batch=4,
+        eval_windows=4,
+    )
+    return GridConfig.large(quick=True, **(tiny | kw))  # type: ignore[arg-type]
+
+
+def test_char_tokens_round_trip_and_held_out_unknowns() -> None:
+    from headlab.training.tasks import prepare_chars, split_text
+
+    text = "abcab" * 4 + "abz!"  # 24 characters: 21 for training, "bz!" held out
+    vocab, ids, held = prepare_chars(text)
+    train_part, held_part = split_text(text)
+    assert vocab == ["a", "b", "c", "<unk>"]
+    assert "".join(vocab[i] for i in ids.tolist()) == train_part
+    # characters the training part never showed get the one unknown id
+    assert [vocab[i] for i in held.tolist()] == [c if c in "abc" else "<unk>" for c in held_part]
+
+
+def test_large_setting_is_deterministic_under_a_seed(tmp_path: Path) -> None:
+    from headlab.training.experiment import one_vs_many
+
+    data = _corpus(tmp_path)
+    first = one_vs_many(_tiny_large(heads=(4,)), data=data)  # type: ignore[arg-type]
+    again = one_vs_many(_tiny_large(heads=(4,)), data=data)  # type: ignore[arg-type]
+    other = one_vs_many(_tiny_large(heads=(4,), seeds=(1,)), data=data)  # type: ignore[arg-type]
+    values = [(r["n_heads"], r["value"], r["final_train_loss"]) for r in first["runs"]]
+    assert values == [(r["n_heads"], r["value"], r["final_train_loss"]) for r in again["runs"]]
+    assert values != [(r["n_heads"], r["value"], r["final_train_loss"]) for r in other["runs"]]
+
+
+def test_large_setting_json_fields(tmp_path: Path) -> None:
+    from headlab.training.experiment import one_vs_many
+    from headlab.training.tasks import prepare_chars, shakespeare_text
+
+    data = _corpus(tmp_path)
+    out = one_vs_many(_tiny_large(seeds=(0, 1)), data=data)  # type: ignore[arg-type]
+    assert (out["setting"], out["device"], out["task"]) == ("large", "cpu", "language-model")
+    assert out["config"]["tokenizer"] == "char" and out["config"]["d_model"] == 16
+    runs = out["runs"]
+    assert [(r["n_heads"], r["seed"]) for r in runs] == [(1, 0), (1, 1), (4, 0), (4, 1)]
+    vocab, _, _ = prepare_chars(shakespeare_text(data))
+    for r in runs:
+        assert r["metric"] == "perplexity" and r["bits_per_token"] == pytest.approx(
+            math.log2(r["value"])
+        )
+        # barely trained: no better than a uniform guess over the characters, and no worse than
+        # a few times it
+        assert 1.0 < r["value"] < 4 * len(vocab)
+    assert len({r["params"] for r in runs}) == 1  # heads split the width
+    for cell in out["summary"]:
+        values = [r["value"] for r in runs if r["n_heads"] == cell["n_heads"]]
+        assert cell["seeds"] == 2 and cell["mean"] == pytest.approx(sum(values) / 2)
+        assert cell["std"] == pytest.approx(abs(values[0] - values[1]) / math.sqrt(2))
+
+
+def test_large_setting_from_the_cli_on_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from headlab.training.experiment import GridConfig
+
+    real = GridConfig.large.__func__  # type: ignore[attr-defined]
+    seen: list[dict[str, object]] = []
+
+    def tiny(cls: type, *, quick: bool = False, **kw: object) -> object:
+        seen.append({"quick": quick, **kw})
+        return real(
+            cls,
+            quick=quick,
+            d_model=16,
+            n_layers=1,
+            d_ff=32,
+            heads=(1, 2),
+            seeds=(0,),
+            lm_steps=2,
+            lm_window=8,
+            lm_batch=2,
+            eval_windows=2,
+            **kw,
+        )
+
+    monkeypatch.setattr(GridConfig, "large", classmethod(tiny))
+    data = _corpus(tmp_path)
+    argv = ["experiment", "one-vs-many", "--setting", "large", "--quick", "--device", "cpu"]
+    assert main([*argv, "--data", str(data), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert seen == [{"quick": True, "device": "cpu"}]
+    assert out["setting"] == "large" and out["device"] == "cpu"
+    assert [r["n_heads"] for r in out["summary"]] == [1, 2]
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:7"])
+def test_one_vs_many_bad_device_is_one_line(
+    device: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if device.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    code = main(["experiment", "one-vs-many", "--setting", "large", "--device", device])
+    err = capsys.readouterr().err
+    assert code != 0 and err.startswith("headlab: error: --device") and err.count("\n") == 1

@@ -1,5 +1,6 @@
 """The options every command that loads a model shares: ``--model``'s neighbours
-``--revision``, ``--device`` and ``--dtype``, checked in one place and passed to
+``--revision``, ``--device``, ``--dtype`` and, for models bigger than one device,
+``--device-map``, ``--max-memory`` and ``--offload-folder``, checked in one place and passed to
 :func:`headlab.models.load`.
 
 Nothing here imports torch at import time (``headlab --help`` stays fast).
@@ -32,6 +33,23 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default="float32",
         metavar="{" + ",".join(DTYPES) + "}",
         help="the model's parameter dtype (default float32); softmax and statistics stay float32",
+    )
+    parser.add_argument(
+        "--device-map",
+        metavar="MAP",
+        help="spread the model over devices with accelerate: auto, balanced, balanced_low_0, "
+        "sequential, or a JSON file or inline JSON of module -> device (0, cpu, disk)",
+    )
+    parser.add_argument(
+        "--max-memory",
+        metavar="BUDGETS",
+        help="what each device may hold, e.g. 0=20GiB,1=20GiB,cpu=64GiB (implies "
+        "--device-map auto)",
+    )
+    parser.add_argument(
+        "--offload-folder",
+        metavar="DIR",
+        help="where layers that fit on no device keep their weights (disk offload)",
     )
 
 
@@ -71,13 +89,36 @@ def model_device(args: argparse.Namespace) -> Any:
     return device
 
 
+def model_placement(args: argparse.Namespace) -> Any:
+    """The :class:`~headlab.models.dispatch.Placement` of ``--device-map``, ``--max-memory`` and
+    ``--offload-folder`` (``None`` when none is given); a one-line error for a malformed one."""
+    from headlab.models.dispatch import placement_from_options
+
+    placement = placement_from_options(
+        getattr(args, "device_map", None),
+        getattr(args, "max_memory", None),
+        getattr(args, "offload_folder", None),
+    )
+    if placement is not None and getattr(args, "device", None) is not None:
+        raise InputError("give --device (one device) or --device-map (several), not both")
+    return placement
+
+
 def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """:func:`headlab.models.load` of ``--model`` on ``--device`` in ``--dtype`` (checked before
-    anything is loaded); ``kwargs`` go to ``load`` too."""
+    """:func:`headlab.models.load` of ``--model`` on ``--device`` (or spread by ``--device-map``)
+    in ``--dtype`` (checked before anything is loaded); ``kwargs`` go to ``load`` too."""
+    from headlab.distributed import local_device
     from headlab.models import load
 
-    dtype, device = model_dtype(args), model_device(args)
+    dtype, placement = model_dtype(args), model_placement(args)
+    # under torchrun each rank of a machine takes its own GPU
+    device = local_device(model_device(args)) if placement is None else "cpu"
     revision = getattr(args, "revision", None)
     return load(
-        getattr(args, "model", None), dtype=dtype, device=device, revision=revision, **kwargs
+        getattr(args, "model", None),
+        dtype=dtype,
+        device=device,
+        revision=revision,
+        placement=placement,
+        **kwargs,
     )

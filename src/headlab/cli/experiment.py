@@ -50,7 +50,20 @@ def add_parser(sub: Any) -> None:
         ),
     )
     p.add_argument("name", choices=("one-vs-many", "cost"))
-    p.add_argument("--quick", action="store_true", help="a small grid, binding task only")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small grid (small setting: binding task only; large: 1 and 8 heads, 2 seeds, "
+        "200 steps)",
+    )
+    p.add_argument(
+        "--setting",
+        choices=("small", "large"),
+        default="small",
+        help="one-vs-many: small (width 64, 2 layers, 1/2/4/8 heads, binding + BPE language "
+        "model) or large (width 256, 4 layers, 1/4/8/16 heads, character-level language model "
+        "of TinyShakespeare; meant for --device cuda, --quick for a CPU)",
+    )
     p.add_argument(
         "--data",
         type=text("a folder"),
@@ -69,10 +82,15 @@ def run(args: argparse.Namespace) -> int:
         from headlab.cli import experiment_cost
 
         return experiment_cost.run(args)
+    from headlab.cli._model import model_device
     from headlab.cli._progress import progress_for
     from headlab.training.experiment import GridConfig, one_vs_many
 
-    cfg = GridConfig.quick() if args.quick else GridConfig()
+    device = str(model_device(args)) if args.device is not None else "cpu"
+    if args.setting == "large":
+        cfg = GridConfig.large(quick=args.quick, device=device)
+    else:
+        cfg = GridConfig.quick(device=device) if args.quick else GridConfig(device=device)
     needs_data = "language-model" in cfg.tasks
     data = Path(args.data) if args.data else (default_data() if needs_data else Path("."))
 
@@ -83,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    table = Table(title="one head vs many, same width and parameters")
+    table = Table(
+        title=f"one head vs many, same width and parameters ({cfg.setting} setting, "
+        f"{result['device']}, {result['wall_s']:.0f} s)"
+    )
     for col in ("task", "heads", "metric", "mean", "spread (sd)", "seeds"):
         table.add_column(col, justify="right")
     for r in result["summary"]:

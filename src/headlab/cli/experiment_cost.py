@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--lengths", type=_ints, default=None, help="input lengths (default 512,2048)")
     g.add_argument("--batch", type=int, default=None, help="sequences per call (default 1)")
-    g.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
+    g.add_argument(
+        "--device", default=None, help="cpu or cuda (default cpu; one-vs-many takes it too)"
+    )
     g.add_argument(
         "--rounds", type=int, default=None, help="rounds of alternating timing blocks (default 2)"
     )

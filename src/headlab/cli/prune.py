@@ -6,13 +6,19 @@ import argparse
 import csv
 import io
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
-from headlab.cli._model import add_model_arguments, load_model
+from headlab.cli._model import add_model_arguments, load_model, model_device
 from headlab.cli._output import console, emit_json, human_bytes
 from headlab.cli._progress import progress_for
+from headlab.progress import NO_PROGRESS, Progress
+
+#: the library's defaults (kept here as numbers so that --help needs no torch import)
+L0_WEIGHT = 0.5
+L0_STEPS = 300
 
 
 def add_parser(sub: Any) -> None:
@@ -45,10 +51,54 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--importance",
-        choices=("gradient", "ablation"),
+        choices=("gradient", "ablation", "l0"),
         default="gradient",
-        help="(default gradient)",
+        help="gradient (Michel et al. 2019), ablation, or l0: a hard-concrete gate per head "
+        "trained with an L0 penalty (Louizos et al. 2018, Voita et al. 2019); with --out and no "
+        "--fraction the gates decide which heads go (default gradient)",
     )
+    p.add_argument(
+        "--l0-weight",
+        type=number(0.0),
+        default=L0_WEIGHT,
+        help=f"the L0 penalty's weight: higher closes more gates (default {L0_WEIGHT})",
+    )
+    p.add_argument(
+        "--l0-steps",
+        type=integer(1, 10**7),
+        default=L0_STEPS,
+        help=f"training steps of the gates (default {L0_STEPS})",
+    )
+    p.add_argument(
+        "--seed", type=integer(0, 2**63 - 1), default=0, help="seed of gates and recovery"
+    )
+    p.add_argument(
+        "--recover",
+        type=integer(1, 10**7),
+        metavar="STEPS",
+        help="after pruning, distill the pruned model to the unpruned one for STEPS steps "
+        "(on a curve: at the points of --recover-at)",
+    )
+    p.add_argument(
+        "--recover-at",
+        type=shares,
+        default=(0.5, 0.7),
+        metavar="F,F",
+        help="on a curve, recover at the last point at or below these shares (default 0.5,0.7)",
+    )
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="with --curve: gradient, ablation and L0 curves (each with --recover) on the same "
+        "data, in one run",
+    )
+    p.add_argument(
+        "--x",
+        choices=("heads", "kv-bytes"),
+        default="heads",
+        help="the figure's x-axis: heads removed, or KV-cache bytes per token (causal models)",
+    )
+    p.add_argument("--figure", type=text("a PNG path"), help="with --compare: write the figure")
     p.add_argument(
         "--step", type=number(), default=0.1, help="share of heads per step (default 0.1)"
     )
@@ -113,15 +163,41 @@ def options_from(args: argparse.Namespace) -> Any:
         importance_pairs=args.importance_pairs,
         text=path(args.text),
         limit=args.limit,
+        l0_weight=args.l0_weight,
+        l0_steps=args.l0_steps,
+        seed=args.seed,
+        recover=args.recover,
+        recover_at=tuple(args.recover_at),
+        compare=args.compare,
+        x_axis=args.x,
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab import distributed
+
+    # under torchrun (WORLD_SIZE > 1) the ranks share importance scoring; rank 0 writes
+    with distributed.group(model_device(args)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from headlab import distributed
     from headlab.errors import InputError
     from headlab.pruning.workflow import run_pruning
 
-    if args.curve == (args.fraction is not None):
-        raise InputError("give either --fraction F (prune and save) or --curve (measure only)")
+    gates_decide = args.importance == "l0" and args.out is not None and args.fraction is None
+    if args.curve == (args.fraction is not None or gates_decide):
+        raise InputError(
+            "give either --fraction F (prune and save), --importance l0 --out DIR (the gates "
+            "decide), or --curve (measure only)"
+        )
+    if args.compare and not args.curve:
+        raise InputError("--compare goes with --curve")
+    if args.figure is not None and not args.compare:
+        raise InputError("--figure goes with --curve --compare")
+    if args.x == "kv-bytes" and not args.compare:
+        raise InputError("--x kv-bytes is the x-axis of the --compare figure")
     options = options_from(args)
     options.check()  # options and the output folder, before the model loads
     if not args.verbose:
@@ -129,11 +205,102 @@ def run(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     lm = load_model(args, with_lm_head=options.needs_lm_head)
-    with progress_for(args, "headlab prune") as progress:
+    if args.x == "kv-bytes" and not lm.causal:
+        raise InputError(
+            f"--x kv-bytes needs a causal model with a KV cache; {lm.name} is an encoder"
+        )
+    writer = distributed.writes()
+    # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
+    drawn: AbstractContextManager[Progress] = (
+        progress_for(args, "headlab prune") if writer else nullcontext(NO_PROGRESS)
+    )
+    if args.compare:
+        from headlab.pruning.methods import compare_methods
+
+        with drawn as progress:
+            compared = compare_methods(lm, options, progress=progress)
+        if args.figure is not None:
+            from headlab.report.figures import pruning_compare
+
+            pruning_compare(compared, Path(args.figure))
+        return _print_compare(args, compared)
+    with drawn as progress:
         result = run_pruning(lm, options, progress=progress)
+    if not writer:
+        return 0
     for note in result.notes:
         print(f"headlab prune: {note}", file=sys.stderr)
     return _print(args, result.to_json())
+
+
+def shares(value: str) -> tuple[float, ...]:
+    """``0.5,0.7`` -> ``(0.5, 0.7)``, each in (0, 1)."""
+    try:
+        out = tuple(float(v) for v in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected shares of heads like 0.5,0.7, got {value!r}"
+        ) from None
+    if not out or any(not 0.0 < f < 1.0 for f in out):
+        raise argparse.ArgumentTypeError(f"expected shares in (0, 1) like 0.5,0.7, got {value!r}")
+    return out
+
+
+def _print_compare(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    from headlab.pruning.methods import removed_within
+
+    if args.json:
+        emit_json(result)
+        return 0
+    if args.csv:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["importance", "recovered", "heads_removed", "fraction", "metric", "loss"])
+        for m in result["methods"]:
+            for p in m["curve"]:
+                writer.writerow(
+                    [m["importance"], 0, p["heads_removed"], p["fraction"], p["metric"], p["loss"]]
+                )
+            for p in m.get("recovered", []):
+                writer.writerow(
+                    [
+                        m["importance"],
+                        p["steps"],
+                        p["heads_removed"],
+                        p["fraction"],
+                        p["metric_after"],
+                        p["loss_after"],
+                    ]
+                )
+        sys.stdout.write(buf.getvalue())
+        return 0
+    from rich.table import Table
+
+    con = console()
+    table = Table(
+        title=f"{result['model']}: {result['metric']} ({result['unit']}), unpruned "
+        f"{result['metric_before']:.2f}"
+    )
+    for col in ("importance", "most heads removed within 1 point", "with recovery"):
+        table.add_column(col, justify="right")
+    total = result["heads_before"]
+    for m in result["methods"]:
+        cells = []
+        for curve in (m["curve"], m.get("recovered", [])):
+            best = removed_within(curve, 1.0)
+            cells.append(
+                "-"
+                if best is None
+                else f"{best['heads_removed']} / {total} "
+                f"({100 * best['heads_removed'] / total:.0f}%)"
+            )
+        table.add_row(m["importance"], *cells)
+    con.print(table)
+    for note in result.get("notes", []):
+        con.print(f"note: {note}")
+    if args.figure:
+        con.print(f"figure: {args.figure}")
+    return 0
 
 
 def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
@@ -162,6 +329,12 @@ def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
             f"{p['loss']:+.2f}",
         )
     con.print(table)
+    for r in result.get("recovered", []):
+        con.print(
+            f"recovered at {r['heads_removed']} heads removed ({r['steps']} steps, "
+            f"{r['seconds']:.0f} s): {result['metric']} {r['metric_before']:.2f} -> "
+            f"{r['metric_after']:.2f}"
+        )
     if "heads_after" not in result:
         return 0
     con.print(
@@ -175,4 +348,10 @@ def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
         f"{100 * result['flops_removed_share']:.1f}% of the FLOPs removed\n"
         f"saved to {result['out']}; loads with {' and '.join(result['loads_with'])}"
     )
+    r = result.get("recovery")
+    if r is not None:
+        con.print(
+            f"recovery ({r['steps']} steps, {r['seconds']:.0f} s): {result['metric']} "
+            f"{r['metric_before']:.2f} -> {r['metric_after']:.2f} (saved after recovery)"
+        )
     return 0

@@ -12,7 +12,7 @@ from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import native_note
 from headlab.cli._progress import progress_for
 from headlab.cli.heads import LESSON_SENTENCE
-from headlab.progress import Progress
+from headlab.progress import Prefixed, Progress
 
 
 def add_parser(sub: Any) -> None:
@@ -65,6 +65,13 @@ def add_parser(sub: Any) -> None:
         help="bootstrap resamples (default 100)",
     )
     p.add_argument(
+        "--reliability",
+        type=integer(0, 100),
+        metavar="K",
+        help="assign roles on K folds of whole documents too, as headlab roles does (default 5 "
+        "when the data has 5 documents, else off; 0: off)",
+    )
+    p.add_argument(
         "--sentence",
         action="append",
         type=text("a sentence"),
@@ -84,8 +91,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--prune", action="store_true", help="measure the pruning curve too (slower)")
     p.add_argument(
         "--experiment",
+        "--one-vs-many",
+        action="append",
         type=text("a file"),
-        help="the JSON of headlab experiment one-vs-many --json",
+        help="the JSON of headlab experiment one-vs-many --json (repeatable: e.g. the small "
+        "and the large setting)",
+    )
+    p.add_argument("--cost", type=text("a file"), help="the JSON of headlab experiment cost --json")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="measure everything the ledger needs: roles, the pruning curve, experiment cost "
+        "--quick and experiment one-vs-many --quick (files given are used instead)",
+    )
+    p.add_argument(
+        "--ledger-md",
+        type=text("a file"),
+        help="also write the ledger of the lesson's claims as a Markdown table to this file",
     )
     p.set_defaults(handler=run)
 
@@ -113,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
     from headlab.report import write_report
     from headlab.roles import RoleOptions, measure_roles
+    from headlab.roles.folds import default_reliability
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
@@ -121,9 +144,13 @@ def run(args: argparse.Namespace) -> int:
         from headlab.pruning.workflow import read_pruning_json
 
         pruning = read_pruning_json(_read_json(args.pruning, "pruning result"), args.pruning)
-    experiment = _read_json(args.experiment, "experiment result") if args.experiment else None
-    if experiment is not None and not isinstance(experiment.get("summary", []), list):
-        raise InputError(f"{args.experiment}: expected the JSON of headlab experiment")
+    experiments = [_read_json(f, "experiment result") for f in args.experiment or []]
+    for path, experiment in zip(args.experiment or [], experiments, strict=True):
+        if not isinstance(experiment.get("summary", []), list):
+            raise InputError(f"{path}: expected the JSON of headlab experiment")
+    cost = _read_json(args.cost, "cost result") if args.cost else None
+    if cost is not None and not isinstance(cost.get("rows"), list):
+        raise InputError(f"{args.cost}: expected the JSON of headlab experiment cost --json")
     _check_focus_word(args.word, [LESSON_SENTENCE, *(args.sentence or [])])
 
     from headlab.outputs import check_output
@@ -138,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
     gold = read_treebank(args.treebank or sample_path("treebank"), limit=args.limit)
     treebank = gold.sentences
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
+    folds = args.reliability
+    if folds is None:
+        folds = default_reliability(treebank, None if gap is None else gap.examples)
+    if folds == 1:
+        raise InputError("--reliability needs at least 2 folds (or 0 for none)")
     lm = load_model(args)
     if args.prune and lm.causal:  # before the roles, not after
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
@@ -145,15 +177,24 @@ def run(args: argparse.Namespace) -> int:
     sentences = [LESSON_SENTENCE, *(args.sentence or [])]
     sentences += [" ".join(s.words) for s in treebank if 6 <= len(s.words) <= 25][:4]
     with progress_for(args, "headlab report") as progress:
+        # with --full the roles are stage 1 of 4 (headlab.report.full counts the others)
         roles = measure_roles(
             lm,
             gold,
             gap=gap,
             frequencies=read_frequencies(sample_path("frequencies")),
-            options=RoleOptions(replicates=args.replicates),
-            progress=progress,
+            options=RoleOptions(replicates=args.replicates, reliability=folds),
+            progress=Prefixed(progress, "stage 1/4, roles") if args.full else progress,
         )
-        if args.prune:
+        if args.full:
+            from headlab.report.full import measure_extras
+
+            extras = measure_extras(lm, progress=progress)
+            pruning = pruning or extras["pruning"]
+            cost = cost or extras["cost"]
+            if not any(e.get("task", "").startswith("binding") for e in experiments):
+                experiments.insert(0, extras["experiment"])
+        elif args.prune:
             pruning = _measure_curve(lm, progress)
         out = write_report(
             lm,
@@ -162,10 +203,18 @@ def run(args: argparse.Namespace) -> int:
             sentences=sentences,
             focus_word=args.word,
             pruning=pruning,
-            experiment=experiment,
+            experiment=experiments[0] if experiments else None,
+            experiments=experiments[1:],
+            cost=cost,
             overwrite=args.overwrite,
             progress=progress,
         )
+    if args.ledger_md:
+        from headlab.outputs import write_text_atomic
+
+        ledger = (out / "ledger.md").read_text(encoding="utf-8")
+        write_text_atomic(args.ledger_md, ledger)
+        print(f"wrote {args.ledger_md}")
     print(f"wrote {out / 'index.html'}")
     return 0
 

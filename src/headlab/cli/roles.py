@@ -6,12 +6,14 @@ import argparse
 import csv
 import io
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from headlab.cli._args import integer, seed, text
-from headlab.cli._model import add_model_arguments, load_model
+from headlab.cli._model import add_model_arguments, load_model, model_device
 from headlab.cli._output import console, emit_json, native_note
 from headlab.cli._progress import progress_for
+from headlab.progress import NO_PROGRESS, Progress
 
 #: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
 MAX_REPLICATES = 100_000
@@ -61,6 +63,13 @@ def add_parser(sub: Any) -> None:
         default=100,
         help="bootstrap resamples (default 100; 0: none)",
     )
+    p.add_argument(
+        "--reliability",
+        type=integer(0, 100),
+        metavar="K",
+        help="assign roles on K folds of whole documents too; a head is named only when at least "
+        "80%% of the folds agree (default 5 when the data has 5 documents, else off; 0: off)",
+    )
     p.add_argument("--seed", type=seed, default=0, help="bootstrap seed (default 0)")
     p.add_argument(
         "--bf16",
@@ -69,6 +78,28 @@ def add_parser(sub: Any) -> None:
         "in float32 (faster on CPUs with AMX; scores move by well under 0.01, see "
         "benchmarks/RESULTS.md)",
     )
+    p.add_argument(
+        "--batch-tokens",
+        type=integer(1, 10**9),
+        default=4096,
+        metavar="N",
+        help="padded tokens per forward pass (default 4096)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=text("a file"),
+        help="save the sums so far to this file every --checkpoint-every batches, and resume "
+        "from it when it exists (the same arguments, model and data: the same result as an "
+        "uninterrupted run); deleted once the result is out. Under torchrun each rank keeps "
+        "FILE.rankR-of-W",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=integer(1, 10**9),
+        default=50,
+        metavar="N",
+        help="batches between checkpoints (default 50)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="the full result as JSON")
     out.add_argument("--csv", action="store_true", help="one CSV row per head")
@@ -76,9 +107,20 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab import distributed
+
+    # under torchrun (WORLD_SIZE > 1) the ranks share the corpus; rank 0 writes the result
+    with distributed.group(model_device(args)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from headlab import distributed
     from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
     from headlab.errors import InputError
     from headlab.roles import RoleOptions, measure_roles
+    from headlab.roles.checkpoint import Checkpoint
+    from headlab.roles.folds import default_reliability
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
@@ -95,24 +137,54 @@ def run(args: argparse.Namespace) -> int:
         if args.dtype not in ("float32", "bfloat16"):
             raise InputError(f"--bf16 is --dtype bfloat16; it contradicts --dtype {args.dtype}")
         args.dtype = "bfloat16"
+    checkpoint = None
+    if args.checkpoint is not None:
+        checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every)
+    folds = args.reliability
+    if folds is None:  # by default, when the data has enough documents for 5 folds
+        folds = default_reliability(gold.sentences, None if gap is None else gap.examples)
+    if folds == 1:
+        raise InputError("--reliability needs at least 2 folds (or 0 for none)")
     lm = load_model(args)
-    native_note("headlab roles")
-    with progress_for(args, "headlab roles") as progress:
+    writer = distributed.writes()
+    if writer:
+        native_note("headlab roles")
+    # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
+    drawn: AbstractContextManager[Progress] = (
+        progress_for(args, "headlab roles") if writer else nullcontext(NO_PROGRESS)
+    )
+    with drawn as progress:
         report = measure_roles(
             lm,
             gold,
             gap=gap,
             frequencies=frequencies,
-            options=RoleOptions(replicates=args.replicates, seed=args.seed),
+            options=RoleOptions(
+                replicates=args.replicates,
+                reliability=folds,
+                seed=args.seed,
+                batch_tokens=args.batch_tokens,
+            ),
+            checkpoint=checkpoint,
             progress=progress,
         )
+    if not writer:
+        _done(checkpoint)
+        return 0
     if args.json:
         emit_json(report.to_json())
     elif args.csv:
         sys.stdout.write(heads_csv(report))
     else:
         print_report(report)
+    _done(checkpoint)
     return 0
+
+
+def _done(checkpoint: Any) -> None:
+    """The result is out: the checkpoint has served (and is never resumed into a new run)."""
+    if checkpoint is not None:
+        checkpoint.remove()
 
 
 def heads_csv(report: Any) -> str:
@@ -122,15 +194,21 @@ def heads_csv(report: Any) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(
         [
-            *("layer", "head", "role", "roles", "detail"),
-            *("score", "baseline", "margin", "stability"),
+            *("layer", "head", "role", "measured_role", "roles", "detail"),
+            *("score", "score_low", "score_high", "baseline", "margin", "p", "q"),
+            *("stability", "stable", "fold_agreement", "bootstrap_stability"),
             *names,
         ]
     )
     for h in report.heads:
+        ev = h.evidence or {}
+        low, high = ev.get("interval") or (None, None)
+        stable = "" if h.stable is None else str(h.stable).lower()
         writer.writerow(
-            [h.layer, h.head, h.role, "+".join(h.roles), h.detail]
-            + [_fmt(v) for v in (h.score, h.baseline, h.margin, h.stability)]
+            [h.layer, h.head, h.role, h.measured_role, "+".join(h.roles), h.detail]
+            + [_fmt(v) for v in (h.score, low, high, h.baseline, h.margin)]
+            + [_pfmt(ev.get("p")), _pfmt(ev.get("q"))]
+            + [_fmt(h.stability), stable, _fmt(h.fold_agreement), _fmt(h.bootstrap_stability)]
             + [_fmt(h.scores.get(n)) for n in names]
         )
     return buf.getvalue()
@@ -140,19 +218,37 @@ def _fmt(v: float | None) -> str:
     return "" if v is None else f"{v:.4f}"
 
 
+def _pfmt(v: float | None) -> str:
+    return "" if v is None else f"{v:.3g}"
+
+
+def _pct(v: float | None, interval: Any) -> str:
+    """``57.5 [55.3-59.7]``: a share and its 95% interval, in %."""
+    if v is None:
+        return ""
+    if not interval or interval[0] is None:
+        return f"{100 * v:.1f}"
+    return f"{100 * v:.1f} [{100 * interval[0]:.1f}-{100 * interval[1]:.1f}]"
+
+
 def print_report(report: Any) -> None:
     from rich.table import Table
 
     from headlab.roles import LETTERS
-    from headlab.roles.probes.syntactic import CORE_RELATIONS
+    from headlab.roles.probes.syntactic import RELATION_SET
 
     con = console()
     rows = report.grid()
     legend = [f"{v} {k}" for k, v in LETTERS.items()]
     if any("-" in row for row in rows):
         legend.append("- pruned away")
+    stability = (
+        f"stability over {report.folds} folds of documents"
+        if report.folds
+        else "stability over bootstrap resamples"
+    )
     grid = Table(
-        title=f"{report.model}: dominant role of each head (stability in the JSON/CSV)",
+        title=f"{report.model}: dominant role of each head ({stability} in the JSON/CSV)",
         caption="  ".join(legend),
     )
     grid.add_column("layer", justify="right")
@@ -163,28 +259,70 @@ def print_report(report: Any) -> None:
     con.print(grid)
     counts = report.role_counts()
     con.print("heads per role: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
-    unstable = [h for h in report.heads if h.stability is not None and h.stability < 0.8]
-    if report.replicates:
+    if report.folds:
+        unstable = [h for h in report.heads if h.stable is False]
+        con.print(
+            f"{len(unstable)} of {len(report.heads)} heads get their role in fewer than "
+            f"{report.thresholds.stable:.0%} of {report.folds} folds of documents: reported "
+            "unclassified (measured_role in the JSON/CSV)."
+        )
+    elif report.replicates:
+        unstable = [h for h in report.heads if h.stability is not None and h.stability < 0.8]
         con.print(
             f"{len(unstable)} of {len(report.heads)} heads keep their role in fewer than 80% of "
             f"{report.replicates} bootstrap resamples: roles are tendencies, not assignments."
         )
-    rel = Table(title="syntactic relations: best head vs best fixed offset (Clark et al. 2019)")
-    for col in ("relation", "direction", "head (L.H)", "accuracy", "baseline (offset)", "arcs"):
+    named = [h for h in report.heads if h.role in ("syntactic", "coreference") and h.evidence]
+    if named:
+        ev_table = Table(
+            title="evidence: syntactic and coreference heads (accuracy, 95% Wilson interval; "
+            "exact McNemar vs the baseline on the same arcs, BH-corrected q)"
+        )
+        for col in ("head", "role", "decided by", "accuracy %", "baseline %", "arcs", "q"):
+            ev_table.add_column(col)
+        for h in named:
+            ev = h.evidence
+            ev_table.add_row(
+                f"{h.layer}.{h.head}",
+                h.role,
+                h.detail or "GAP",
+                _pct(ev.get("accuracy"), ev.get("interval")),
+                _pct(ev.get("baseline"), ev.get("baseline_interval")),
+                str(ev.get("count", "")),
+                _pfmt(ev.get("q")),
+            )
+        con.print(ev_table)
+    rel = Table(
+        title="syntactic relations: best head vs best fixed offset (Clark et al. 2019); "
+        "accuracy % [95% Wilson interval]; * outside the a-priori set (never decides a role)"
+    )
+    for col in (
+        "relation",
+        "direction",
+        "head (L.H)",
+        "accuracy",
+        "baseline (offset)",
+        "arcs",
+        "q",
+    ):
         rel.add_column(col)
-    rows = {(r.relation, r.direction): r for r in report.relations}
-    for name in CORE_RELATIONS:
+    by_key = {(r.relation, r.direction): r for r in report.relations}
+    order = [n for n in RELATION_SET] + sorted(
+        {r.relation for r in report.relations if not r.in_set}
+    )
+    for name in order:
         for direction in ("dependent_to_head", "head_to_dependent"):
-            r = rows.get((name, direction))
-            if r is None:
+            r = by_key.get((name, direction))
+            if r is None or (not r.in_set and r.count < report.thresholds.min_relation_count):
                 continue
             rel.add_row(
-                name,
+                name if r.in_set else f"{name} *",
                 "dep -> head" if direction == "dependent_to_head" else "head -> dep",
                 f"{r.layer}.{r.head}",
-                f"{100 * r.accuracy:.1f}",
-                f"{100 * r.baseline:.1f} ({r.baseline_offset:+d})",
+                _pct(r.accuracy, r.interval),
+                f"{_pct(r.baseline, r.baseline_interval)} ({r.baseline_offset:+d})",
                 str(r.count),
+                _pfmt(r.q),
             )
     con.print(rel)
     c = report.coreference
@@ -192,8 +330,11 @@ def print_report(report: Any) -> None:
         bases = ", ".join(f"{k} {100 * v:.1f}" for k, v in c.baselines.items())
         con.print(
             f"coreference (GAP, {c.count} pronouns): best head {c.layer}.{c.head} "
-            f"{100 * c.accuracy:.1f}% vs baselines {bases}"
+            f"{_pct(c.accuracy, c.interval)}% vs baselines {bases} "
+            f"(q = {_pfmt(c.q)} against {c.baseline})"
         )
     for name, info in report.data.items():
+        if not isinstance(info, dict) or "used" not in info:  # device, dtype
+            continue
         skipped = ", ".join(f"{v} {k}" for k, v in info.get("skipped", {}).items() if v)
         con.print(f"{name}: {info['used']} used" + (f"; skipped: {skipped}" if skipped else ""))

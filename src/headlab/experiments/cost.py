@@ -146,6 +146,9 @@ class CostRow:
     ratio_spread: dict[str, list[float] | None]
     memory_forward: dict[str, int]
     memory_forward_backward: dict[str, int | None]
+    #: largest |loop - fused| of the outputs: each head through its own slice of the output
+    #: projection, summed, against the module (the concatenation, then the projection)
+    loop_max_abs_diff: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -399,6 +402,7 @@ def measure_point(opts: CostOptions, heads: int, length: int, device: torch.devi
     with torch.inference_mode():
         calls = _paths(ours, theirs, x)
         mem_fwd, once = _warm_and_measure(calls, device)
+        loop_diff = float((loop_over_heads(ours, x) - ours(x)).abs().max())
         fwd = alternate(calls, rounds=opts.rounds, once=once, sync=sync)
     ratios: dict[str, float | None] = {}
     spread: dict[str, list[float] | None] = {}
@@ -437,6 +441,7 @@ def measure_point(opts: CostOptions, heads: int, length: int, device: torch.devi
         ratios=ratios,
         ratio_spread=spread,
         memory_forward=mem_fwd,
+        loop_max_abs_diff=loop_diff,
         memory_forward_backward=mem_fb,
     )
 

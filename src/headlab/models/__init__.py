@@ -10,7 +10,7 @@ Example:
     torch.Size([1, 2, 8, 8])
 """
 
-from headlab.models.adapters import adapter_for, supported_model_types
+from headlab.models.adapters import adapter_for
 from headlab.models.analysis import WordAttention, mean_head_outputs, word_attention
 from headlab.models.capture import HeadCapture, attention_pattern
 from headlab.models.loading import DEFAULT_MODEL_NAME, LoadedModel, default_model_path, load, wrap
@@ -38,7 +38,6 @@ __all__ = [
     "run_corpus",
     "split_words",
     "stream_corpus",
-    "supported_model_types",
     "word_attention",
     "word_pattern",
     "wrap",

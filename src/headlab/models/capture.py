@@ -32,7 +32,8 @@ from torch import nn
 
 from headlab.attention.blocks import attention_weights
 from headlab.errors import InputError
-from headlab.models.interface import call_rules, observe
+from headlab.models.dispatch import aligned
+from headlab.models.interface import by_module, call_rules, observe, per_call
 from headlab.models.loading import LoadedModel
 
 
@@ -46,6 +47,7 @@ class LayerRecord:
     mask: torch.Tensor | None = None  # bool (B|1, 1|H, T, S) True = attend, or additive float
     is_causal: bool = False
     scaling: float = 1.0
+    softcap: float | None = None  # Gemma 2: scores become softcap * tanh(scores / softcap)
     head_output: torch.Tensor | None = None  # (B, H, T, D)
 
 
@@ -101,6 +103,40 @@ def attention_pattern(
         rows=rows,
         dtype=dtype,
     )
+
+
+def _softcapped_weights(
+    rec: LayerRecord,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    heads: Sequence[int] | None,
+    rows: tuple[int, int] | None,
+    dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """Attention weights with logit soft-capping (Gemma 2): ``softmax(c * tanh(q k^T s / c) +
+    mask)``, as the model's eager attention computes them. Shapes as :meth:`HeadCapture.pattern`."""
+    dtype = dtype or (torch.float64 if q.dtype == torch.float64 else torch.float32)
+    n_heads, n_queries, n_keys = q.shape[1], q.shape[2], k.shape[2]
+    idx = list(range(n_heads)) if heads is None else list(heads)
+    group = n_heads // k.shape[1]
+    start, stop = rows or (0, n_queries)
+    qs = q[:, idx, start:stop].to(dtype)  # (B, h, t, D)
+    ks = k[:, [h // group for h in idx]].to(dtype)  # (B, h, S, D)
+    cap = float(rec.softcap or 1.0)
+    scores = torch.tanh(qs @ ks.transpose(-1, -2) * rec.scaling / cap) * cap  # (B, h, t, S)
+    mask = rec.mask
+    if mask is not None:
+        mask = mask[..., start:stop, :] if mask.shape[-2] == n_queries else mask
+        if mask.shape[1] == n_heads:
+            mask = mask[:, idx]
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.to(dtype)
+    if rec.is_causal:
+        pos = torch.arange(start, stop, device=q.device)[:, None] + (n_keys - n_queries)
+        scores = scores.masked_fill(torch.arange(n_keys, device=q.device) > pos, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
 class HeadCapture:
@@ -166,7 +202,18 @@ class HeadCapture:
             rec = self.records.setdefault(layer, LayerRecord())
             rec.q, rec.k, rec.v = query.detach(), key.detach(), value.detach()
             rec.mask = mask.detach() if isinstance(mask, torch.Tensor) else None
+            bias = kwargs.get("position_bias")
+            if isinstance(bias, torch.Tensor):  # T5: relative position bias added to the scores
+                bias = bias.detach()
+                if rec.mask is not None and rec.mask.dtype == torch.bool:
+                    floor = torch.finfo(bias.dtype).min
+                    bias = bias.masked_fill(~rec.mask, floor)
+                elif rec.mask is not None:
+                    bias = bias + rec.mask
+                rec.mask = bias
             rec.is_causal, rec.scaling = call_rules(module, query, key, rec.mask, kwargs)
+            cap = kwargs.get("softcap")
+            rec.softcap = None if cap is None else float(cap)
 
         return record
 
@@ -182,7 +229,7 @@ class HeadCapture:
                 if self.ablation == "zero":
                     split[..., heads, :] = 0
                 else:
-                    split[..., heads, :] = self.means[layer][heads].to(split.dtype)
+                    split[..., heads, :] = self.means[layer][heads].to(split)
             if self.record_head_outputs and layer in self.layers:
                 rec = self.records.setdefault(layer, LayerRecord())
                 rec.head_output = split.detach().permute(0, 2, 1, 3)  # (B, H, T, D)
@@ -193,15 +240,20 @@ class HeadCapture:
         return hook
 
     def __enter__(self) -> HeadCapture:
+        layers = self.lm.layers
         try:
-            for layer, handles in enumerate(self.lm.layers):
-                if self.record_queries_keys and layer in self.layers:
-                    self._removers.append(
-                        observe(handles.attention, self._attention_observer(layer))
-                    )
-                if (self.record_head_outputs and layer in self.layers) or layer in self.ablate:
-                    h = handles.out_proj.register_forward_pre_hook(self._out_proj_hook(layer))
-                    self._removers.append(h.remove)
+            if self.record_queries_keys:
+                for module, served in by_module([h.attention for h in layers]):
+                    if any(layer in self.layers for layer in served):
+                        fns = [self._attention_observer(layer) for layer in served]
+                        self._removers.append(observe(module, per_call(fns)))
+            for module, served in by_module([h.out_proj for h in layers]):
+                if any(
+                    (self.record_head_outputs and layer in self.layers) or layer in self.ablate
+                    for layer in served
+                ):
+                    hook = per_call([self._out_proj_hook(layer) for layer in served])
+                    self._removers.append(module.register_forward_pre_hook(hook).remove)
         except BaseException:
             self._remove()
             raise
@@ -243,6 +295,8 @@ class HeadCapture:
         rec, q, k = self._queries_keys(layer)
         if heads is not None:
             self._check_heads(layer, heads)
+        if rec.softcap is not None:
+            return _softcapped_weights(rec, q, k, heads, rows, dtype)
         return attention_weights(
             q,
             k,
@@ -268,7 +322,8 @@ class HeadCapture:
         """
         out = self.head_output(layer)  # (B, H, T, D)
         handles = self.lm.layers[layer]
-        w = self.lm.adapter.out_proj_weight(handles.out_proj)  # (E, H*D)
+        with aligned(handles.out_proj, out.device):  # an offloaded layer's weight, here for now
+            w = self.lm.adapter.out_proj_weight(handles.out_proj).to(out.device)  # (E, H*D)
         n_heads, d = out.shape[1], out.shape[3]
         w = w.view(w.shape[0], n_heads, d)  # (E, H, D)
         if heads is not None:

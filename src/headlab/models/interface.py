@@ -22,6 +22,9 @@ from torch import nn
 from headlab.errors import InputError
 
 ATTN_IMPLEMENTATION = "headlab_sdpa"
+#: the same, for models transformers runs only eagerly (``_supports_sdpa = False``: Gemma 2's
+#: soft-capping): the call goes on to the model's own eager function instead of sdpa
+EAGER_IMPLEMENTATION = "headlab_eager"
 
 #: module id -> observer called with (module, query, key, value, attention_mask, kwargs); an
 #: observer that returns a tensor ``(B, T, H, D)`` has computed the attention output itself
@@ -31,7 +34,37 @@ Observer = Callable[
 ]
 #: module id -> its observers in the order they came, each with whether it computes the output
 _OBSERVERS: dict[int, list[tuple[Observer, bool]]] = {}
+#: functions called with (module, query, key, value, output) after every attention call, for
+#: :mod:`headlab.models.discovery`'s traced forward pass
+_TRACERS: list[Callable[..., None]] = []
 _REGISTERED = False
+
+
+def _eager_of(module: nn.Module) -> Callable[..., Any]:
+    """The module's own ``eager_attention_forward`` (what transformers runs by default for a
+    model without sdpa support)."""
+    import sys
+
+    found = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if found is None:
+        from headlab.errors import UnsupportedModelError
+
+        raise UnsupportedModelError(
+            f"{type(module).__name__} runs eager attention only and its module has no "
+            "eager_attention_forward for headlab to call"
+        )
+    return found  # type: ignore[no-any-return]
+
+
+def _observed_eager(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, Any]:
+    return _observed_sdpa(module, query, key, value, attention_mask, _eager=True, **kwargs)
 
 
 def _observed_sdpa(
@@ -40,8 +73,9 @@ def _observed_sdpa(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
+    _eager: bool = False,
     **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
+) -> tuple[torch.Tensor, Any]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     observers = _OBSERVERS.get(id(module), [])
@@ -55,7 +89,21 @@ def _observed_sdpa(
         output = computing(module, query, key, value, attention_mask, kwargs)
         if output is not None:
             return output, None
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    forward = _eager_of(module) if _eager else sdpa_attention_forward
+    result = forward(module, query, key, value, attention_mask, **kwargs)
+    for tracer in list(_TRACERS):
+        tracer(module, query, key, value, result[0])
+    return result
+
+
+def implementation_for(model_class: Any) -> str:
+    """headlab's attention function for a model class: sdpa wrapped, or the model's own eager
+    function wrapped where transformers refuses sdpa for it."""
+    return (
+        ATTN_IMPLEMENTATION
+        if getattr(model_class, "_supports_sdpa", True)
+        else EAGER_IMPLEMENTATION
+    )
 
 
 def register() -> None:
@@ -64,10 +112,12 @@ def register() -> None:
     if _REGISTERED:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
     AttentionInterface.register(ATTN_IMPLEMENTATION, _observed_sdpa)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+    AttentionInterface.register(EAGER_IMPLEMENTATION, _observed_eager)
+    AttentionMaskInterface.register(EAGER_IMPLEMENTATION, eager_mask)
     _REGISTERED = True
 
 
@@ -90,6 +140,36 @@ def call_rules(
     causal = bool(flag) and n_queries > 1 and (not has_mask or n_keys == n_queries)
     scaling = kwargs.get("scaling")
     return causal, float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+
+
+def per_call(functions: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """One function for a module that serves several layers (ALBERT shares one attention module
+    across all its layers): its ``i``-th call in a forward pass goes to ``functions[i]``."""
+    if len(functions) == 1:
+        return functions[0]
+    count = [0]
+
+    def dispatch(*args: Any) -> Any:
+        fn = functions[count[0] % len(functions)]
+        count[0] += 1
+        return fn(*args)
+
+    return dispatch
+
+
+def by_module(modules: list[nn.Module]) -> list[tuple[nn.Module, list[int]]]:
+    """The distinct modules of a layer list, each with the layers (in order) it serves."""
+    groups: dict[int, tuple[nn.Module, list[int]]] = {}
+    for layer, module in enumerate(modules):
+        groups.setdefault(id(module), (module, []))[1].append(layer)
+    return list(groups.values())
+
+
+def trace(tracer: Callable[..., None]) -> Callable[[], None]:
+    """Call ``tracer(module, query, key, value, output)`` after every attention call of every
+    module; returns the function that stops it."""
+    _TRACERS.append(tracer)
+    return lambda: _TRACERS.remove(tracer) if tracer in _TRACERS else None
 
 
 def observe(

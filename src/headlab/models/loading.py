@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
-from headlab.errors import ConfigError, ModelLoadError
+from headlab.errors import ConfigError, InputError, ModelLoadError, UnsupportedModelError
 from headlab.models import hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
-from headlab.models.interface import ATTN_IMPLEMENTATION, register
+from headlab.models.dispatch import Placement, empty_model, main_device, resolve
+from headlab.models.interface import implementation_for, register
 from headlab.models.pruned import PRUNED_KEY
 from headlab.spec.layout import AttentionLayout, layout_from_config, read_config
 
@@ -71,6 +72,9 @@ class LoadedModel:
     adapter: Adapter
     layout: AttentionLayout
     layers: list[LayerHandles]
+    #: module -> device of a model spread over devices (:mod:`headlab.models.dispatch`);
+    #: ``None`` when the whole model sits on one device
+    device_map: dict[str, Any] | None = None
 
     @property
     def n_layers(self) -> int:
@@ -90,7 +94,15 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
+        """Where inputs go: the model's device, or the main device of a device map (each
+        layer then runs where the map puts it; statistics follow its tensors)."""
+        if self.device_map:
+            return main_device(self.device_map)
         return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
 
     def head_ids(self) -> list[list[int]]:
         """For each layer, the original id of each of its heads: ``range`` unless the folder
@@ -107,31 +119,108 @@ class LoadedModel:
         return None if limit is None else limit - self.adapter.reserved_positions(self.model.config)
 
 
-def wrap(
-    model: Any, tokenizer: Any, *, name: str = "model", path: Path | None = None
-) -> LoadedModel:
-    """Open an already loaded Hugging Face model: switch it to headlab's sdpa wrapper.
+def _switch(model: Any) -> None:
+    """Route ``model``'s attention through headlab's function (or say why it cannot be)."""
+    name = implementation_for(type(model))
+    try:
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation(name)
+        else:  # pragma: no cover - transformers < 5
+            model.config._attn_implementation = name
+    except (KeyError, ValueError) as exc:
+        raise UnsupportedModelError(not_through_interface(type(model), exc)) from None
 
-    The wrapper computes exactly what sdpa computes; it only observes.
-    """
-    config = model.config
-    model_type = getattr(config, "model_type", None) or "unknown"
-    adapter = adapter_for(model_type)
+
+def uses_interface(cls: type) -> bool:
+    """Whether a model class's code calls transformers' attention interface (its module looks
+    functions up in ``ALL_ATTENTION_FUNCTIONS``); DeBERTa-v2, MPNet, BLOOM and Falcon do not."""
+    import sys
+
+    module = sys.modules.get(cls.__module__)
+    return module is None or "ALL_ATTENTION_FUNCTIONS" in vars(module)
+
+
+def not_through_interface(cls: type, exc: BaseException | None = None) -> str:
+    """The one-line refusal of a model class whose attention bypasses the interface."""
+    why = f" ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})" if exc else ""
+    return f"attention in {cls.__name__} does not go through transformers' attention interface{why}"
+
+
+def _layout(config: Any, adapter: Adapter, name: str) -> AttentionLayout:
+    """The config's layout, checked against the head counts the interface saw; one flat list of
+    layers for an encoder-decoder (encoder, then decoder self- and cross-attention in forward
+    order)."""
+    import dataclasses
+
     try:
         layout = layout_from_config(config.to_dict())
     except ConfigError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
+        if not adapter.handles:
+            raise ConfigError(f"{name}: {exc}") from None
+        layout = None
+    counts = adapter.head_counts
+    seen_heads = tuple(c[0] for c in counts)
+    seen_kv = tuple(c[1] for c in counts)
+    single = all(h.kind == "self" for h in adapter.handles)
+    if layout is not None and single:
+        if layout.n_layers != len(counts):
+            raise ConfigError(
+                f"{name}: config says {layout.n_layers} layers, the model has {len(counts)}"
+            )
+        if (layout.heads_per_layer, layout.kv_heads_per_layer) != (seen_heads, seen_kv) or any(
+            c[2] != layout.head_dim for c in counts
+        ):
+            raise ConfigError(
+                f"{name}: config says {layout.heads_per_layer[0]} heads of width "
+                f"{layout.head_dim} ({layout.kv_heads_per_layer[0]} KV), the attention calls "
+                f"saw {seen_heads[0]} heads of width {counts[0][2]} ({seen_kv[0]} KV)"
+            )
+        return layout
+    widths = {c[2] for c in counts}
+    if len(widths) != 1:
+        raise UnsupportedModelError(f"{name}: layers differ in head width {sorted(widths)}")
+    windows: tuple[int | None, ...] = tuple(None for _ in counts)
+    if layout is not None and len(layout.layer_windows) == len(counts):
+        windows = layout.layer_windows
+    base = layout or AttentionLayout(
+        model_type=adapter.family,
+        n_layers=1,
+        heads_per_layer=(1,),
+        kv_heads_per_layer=(1,),
+        head_dim=1,
+        d_model=1,
+        layer_windows=(None,),
+    )
+    return dataclasses.replace(
+        base,
+        n_layers=len(counts),
+        heads_per_layer=seen_heads,
+        kv_heads_per_layer=seen_kv,
+        head_dim=widths.pop(),
+        layer_windows=windows,
+    )
+
+
+def wrap(
+    model: Any, tokenizer: Any, *, name: str = "model", path: Path | None = None
+) -> LoadedModel:
+    """Open an already loaded Hugging Face model: switch it to headlab's observed attention
+    (sdpa, or the model's own eager function where transformers runs it eagerly) and discover
+    its attention layers (:mod:`headlab.models.discovery`).
+
+    The wrapper computes exactly what the model computes by default; it only observes.
+
+    Raises:
+        UnsupportedModelError: attention that does not go through the interface, or layers
+            discovery cannot map (one line naming what was looked for).
+    """
     register()
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(ATTN_IMPLEMENTATION)
-    else:  # pragma: no cover - transformers < 5
-        config._attn_implementation = ATTN_IMPLEMENTATION
-    base = getattr(model, "base_model", model)
-    layers = adapter.layers(base)
-    if len(layers) != layout.n_layers:
-        raise ConfigError(
-            f"{name}: config says {layout.n_layers} layers, the model has {len(layers)}"
-        )
+    if not uses_interface(type(model)):
+        raise UnsupportedModelError(not_through_interface(type(model)))
+    _switch(model)
+    adapter = adapter_for(model)
+    layout = _layout(model.config, adapter, name)
+    device_map = getattr(model, "hf_device_map", None)
     return LoadedModel(
         name=name,
         path=path or Path("."),
@@ -139,7 +228,8 @@ def wrap(
         tokenizer=tokenizer,
         adapter=adapter,
         layout=layout,
-        layers=layers,
+        layers=adapter.layers(),
+        device_map=dict(device_map) if device_map else None,
     )
 
 
@@ -231,6 +321,7 @@ def load(
     device: str | torch.device = "cpu",
     with_lm_head: bool = False,
     revision: str | None = None,
+    placement: Placement | None = None,
 ) -> LoadedModel:
     """Load a model folder (config.json, safetensors, tokenizer files), or the default model.
 
@@ -243,11 +334,14 @@ def load(
         device: where to put the model.
         with_lm_head: load a causal language model with its head (for perplexity).
         revision: the cached revision (branch, tag or commit) of a model name; not for folders.
+        placement: spread the model over GPUs, the CPU and disk (:mod:`headlab.models.dispatch`);
+            ``device`` is then ignored.
 
     Raises:
         ModelLoadError: missing or corrupt folder, no safetensors, no tokenizer.
         ConfigError: a config without the attention fields.
-        UnsupportedModelError: an architecture with no adapter (the message lists the supported).
+        UnsupportedModelError: attention that does not go through transformers' attention
+            interface, or layers discovery cannot map.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = default_model_path() if path is None else Path(path)
@@ -264,7 +358,6 @@ def load(
         )
     config_dict = _check_folder(folder)
     model_type = config_dict.get("model_type") or "unknown"
-    adapter_for(str(model_type))  # fail early, before loading weights
     try:
         layout_from_config(config_dict)
     except ConfigError as exc:
@@ -274,6 +367,16 @@ def load(
 
     register()
     auto = AutoModelForCausalLM if with_lm_head else AutoModel
+    from transformers import AutoConfig
+
+    try:
+        config_class = type(AutoConfig.from_pretrained(str(folder), local_files_only=True))
+        model_class: Any = auto._model_mapping[config_class]
+    except Exception:
+        model_class = None
+    if model_class is not None and not uses_interface(model_class):
+        raise UnsupportedModelError(not_through_interface(model_class))  # before the weights
+    attn = implementation_for(model_class)
     common = {"local_files_only": True, "trust_remote_code": False}
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), **common)
@@ -285,16 +388,32 @@ def load(
         raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
     model: Any
     pruned = config_dict.get(PRUNED_KEY)
+    placed: dict[str, Any] = {}
+    device_map: dict[str, Any] | None = None
+    if placement is not None and not (pruned and not pruned.get("native")):
+        from transformers import AutoConfig
+
+        skeleton = empty_model(auto, AutoConfig.from_pretrained(str(folder), **common), dtype)
+        device_map = resolve(placement, skeleton, folder=folder)  # checked before any weight
+        placed = {"device_map": device_map}
+        if placement.offload_folder is not None:
+            placed["offload_folder"] = str(placement.offload_folder)
     try:
         if pruned and not pruned.get("native"):
             # a config the family cannot express: build the full shapes, shrink, then load
-            from transformers import AutoConfig
-
             from headlab.models.pruned import load_pruned_weights
 
             config = AutoConfig.from_pretrained(str(folder), **common)
-            model = auto.from_config(config, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION)
-            load_pruned_weights(model, folder, adapter_for(str(model_type)), config_dict)
+            model = auto.from_config(config, dtype=dtype, attn_implementation=attn)
+            load_pruned_weights(model, folder, adapter_for(model), config_dict)
+            if placement is not None:  # its shapes are known only now: place the loaded model
+                from accelerate import dispatch_model
+
+                device_map = resolve(placement, model, folder=folder)
+                offload = placement.offload_folder
+                model = dispatch_model(
+                    model, device_map, offload_dir=None if offload is None else str(offload)
+                )
         else:
             from transformers.utils import logging as hf_logging
 
@@ -305,23 +424,33 @@ def load(
                     str(folder),
                     use_safetensors=True,
                     dtype=dtype,
-                    attn_implementation=ATTN_IMPLEMENTATION,
+                    attn_implementation=attn,
                     output_loading_info=True,
+                    **placed,
                     **common,
                 )
             finally:
                 hf_logging.set_verbosity(verbosity)
             model, info = loaded  # (model, loading info) with output_loading_info
             check_loading_info(folder, model, info)
-    except ModelLoadError:
+    except (ModelLoadError, InputError, UnsupportedModelError):
         raise
     except Exception as exc:
+        # Falcon looks the implementation up in its own table; DeBERTa-v2, MPNet, BLOOM refuse it
+        refused = (isinstance(exc, KeyError) and attn in str(exc)) or (
+            isinstance(exc, ValueError)
+            and "does not support an attention implementation" in str(exc)
+        )
+        if refused and model_class is not None:
+            raise UnsupportedModelError(not_through_interface(model_class)) from None
         detail = " ".join(str(exc).split())  # one line, however long transformers' message
         if len(detail) > 400:
             detail = detail[:400] + "..."
         raise ModelLoadError(
             f"{folder}: cannot load the weights ({type(exc).__name__}: {detail})"
         ) from None
-    model.to(device).eval()
+    if device_map is None:
+        model.to(device)
+    model.eval()
     logger.info("loaded %s (%s) from %s", name, model_type, folder)
     return wrap(model, tokenizer, name=name, path=folder)

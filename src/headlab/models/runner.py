@@ -120,6 +120,9 @@ def stream_corpus(
     dtype: torch.dtype | None = None,
     progress: Progress | None = None,
     stage: str = "sentences",
+    part: tuple[int, int] = (0, 1),
+    skip: int = 0,
+    after_batch: Callable[[], None] | None = None,
 ) -> list[Skipped]:
     """Like :func:`run_corpus`, but each batch's attention is computed in query blocks that a
     :class:`~headlab.models.streaming.BlockConsumer` sees during the forward pass.
@@ -127,10 +130,18 @@ def stream_corpus(
     ``consumer(batch)`` is called before the batch's forward pass (``batch.capture`` is
     ``None``) and returns what gets the blocks; no pattern is kept or recomputed afterwards.
     Each forward pass ends after the last layer's attention (nothing later changes a pattern).
-    ``progress`` and ``stage`` as in :func:`run_corpus`.
+    ``progress`` and ``stage`` as in :func:`run_corpus` (the stage counts the sentences of
+    the batches this call runs).
+
+    ``part`` ``(rank, world)``: run only every ``world``-th batch from ``rank`` on (the batches
+    are those of the whole corpus, so every sentence is batched as in one process); ``skip``:
+    leave out that many of these first (already done, by a run that resumes); ``after_batch``
+    is called after each batch that ran. The skipped sentences are those of the whole corpus.
     """
     skipped: list[Skipped] = []
-    for batch in _batches(lm, sentences, batch_tokens, progress, stage, skipped):
+    for batch in _batches(
+        lm, sentences, batch_tokens, progress, stage, skipped, part=part, skip=skip
+    ):
         blocks = consumer(batch)
         with (
             torch.inference_mode(),
@@ -139,6 +150,8 @@ def stream_corpus(
             ),
         ):
             lm.model(**batch.inputs)
+        if after_batch is not None:
+            after_batch()
     return skipped
 
 
@@ -149,10 +162,14 @@ def _batches(
     progress: Progress | None,
     stage: str,
     skipped: list[Skipped],
+    *,
+    part: tuple[int, int] = (0, 1),
+    skip: int = 0,
 ) -> Iterator[Batch]:
     """Aligned, length-sorted, padded batches (``capture`` None); unalignable or too long
     sentences go to ``skipped`` with the reason. Each batch advances ``progress`` once its
-    consumer is done with it (the stage ends after the last)."""
+    consumer is done with it (the stage ends after the last). ``part`` and ``skip``: see
+    :func:`stream_corpus`."""
     limit = lm.max_positions
     items: list[tuple[int, Alignment]] = []
     for i, sentence in enumerate(sentences):
@@ -166,9 +183,10 @@ def _batches(
     if skipped:
         logger.info("skipped %d sentences", len(skipped))
     items.sort(key=lambda item: item[1].n_tokens)
-    batches = list(_pack(items, batch_tokens))
+    rank, world = part
+    batches = list(_pack(items, batch_tokens))[rank::world][skip:]
     report = NO_PROGRESS if progress is None else progress
-    report.start(stage, len(items), "sentences")
+    report.start(stage, sum(map(len, batches)), "sentences")
     for chunk in batches:
         inputs = encode(lm, [a.text for _, a in chunk])
         lengths = inputs["attention_mask"].sum(1).tolist()

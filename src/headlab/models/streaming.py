@@ -26,7 +26,7 @@ from torch import nn
 
 from headlab.attention.blocks import Workspace, attention_blocks, key_lengths
 from headlab.errors import InputError
-from headlab.models.interface import call_rules, observe
+from headlab.models.interface import by_module, call_rules, observe, per_call
 from headlab.models.loading import LoadedModel
 
 
@@ -137,7 +137,7 @@ class StreamingAttention:
                 causal=causal,
                 scaling=scaling,
                 on_block=on_block,
-                columns=consumer.columns(layer),
+                columns=_on(consumer.columns(layer), query.device),
                 bias=kwargs.get("position_bias"),
                 block_elements=self.block_elements,
                 dtype=self.dtype,
@@ -157,10 +157,9 @@ class StreamingAttention:
     def __enter__(self) -> StreamingAttention:
         self._pending = set(range(len(self.lm.layers)))
         try:
-            for layer, handles in enumerate(self.lm.layers):
-                self._removers.append(
-                    observe(handles.attention, self._layer(layer), computes_output=True)
-                )
+            for module, served in by_module([h.attention for h in self.lm.layers]):
+                fn = per_call([self._layer(layer) for layer in served])
+                self._removers.append(observe(module, fn, computes_output=True))
         except BaseException:
             self.__exit__(None)
             raise
@@ -177,3 +176,8 @@ class _ForwardDone(BaseException):
     """Raised inside the model once every layer's attention has been seen
     (``stop_after_last``); :class:`StreamingAttention` swallows it on exit. Not an
     ``Exception``: no ``except Exception`` in model code may mistake it for an error."""
+
+
+def _on(columns: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """A consumer's columns where the layer runs (a model spread over devices)."""
+    return None if columns is None else columns.to(device)

@@ -8,6 +8,10 @@
 
 Heads already removed keep their gate at 0 (and score NaN): importance is recomputed for the
 model as it is at each pruning step.
+
+Under ``torchrun`` (:mod:`headlab.distributed`) the ranks share the work: the gradient's
+batches, or the heads to ablate; the sums are added up over the ranks (in float64), so every
+rank gets the scores of one process.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import math
 
 import torch
 
+from headlab import distributed
 from headlab.models.loading import LoadedModel
 from headlab.pruning.metrics import Metric, Removed, gate_hooks
 
@@ -45,8 +50,8 @@ def gradient_importance(
     total = torch.zeros(scores.shape, dtype=torch.float64)
     n = 0
     try:
-        with torch.enable_grad():
-            for loss in metric.loss_batches(lm):
+        with torch.enable_grad(), distributed.failures("importance scoring"):
+            for loss in metric.loss_batches(lm, distributed.part()):
                 (grad,) = torch.autograd.grad(loss, gates)
                 total += grad.abs().double().cpu()
                 n += 1
@@ -54,7 +59,12 @@ def gradient_importance(
         for h in handles:
             h.remove()
         for p, flag in zip(params, flags, strict=True):
-            p.requires_grad_(flag)
+            # an offloaded layer's weights are rebuilt at each forward (accelerate): those made
+            # under inference mode cannot take requires_grad again, and need not
+            if p.requires_grad != flag and not p.is_inference():
+                p.requires_grad_(flag)
+    total = distributed.reduce_tensor(total)
+    n = int(distributed.reduce_tensor(torch.tensor([float(n)]))[0])
     total /= max(n, 1)
     for layer, heads in (removed or {}).items():
         total[layer, list(heads)] = float("nan")
@@ -71,13 +81,24 @@ def ablation_importance(
     """``(L, H)``: how much worse the metric gets when each remaining head also goes."""
     scores = _grid(lm)
     current = {layer: list(heads) for layer, heads in (removed or {}).items()}
-    base = metric.evaluate(lm, current)
     sign = 1.0 if metric.higher_is_better else -1.0
+    rank, world = distributed.part()
+    mine = torch.zeros(scores.shape, dtype=torch.float64)  # this rank's heads; 0 elsewhere
+    with distributed.failures("importance scoring"):
+        base = metric.evaluate(lm, current)
+        k = 0
+        for layer, count in enumerate(lm.layout.heads_per_layer):
+            for head in range(count):
+                if head in current.get(layer, []):
+                    continue
+                k += 1
+                if (k - 1) % world != rank:
+                    continue
+                trial = {**current, layer: [*current.get(layer, []), head]}
+                mine[layer, head] = sign * (base - metric.evaluate(lm, trial))
+    mine = distributed.reduce_tensor(mine)  # each head from one rank: x + 0, exact
     for layer, count in enumerate(lm.layout.heads_per_layer):
         for head in range(count):
-            if head in current.get(layer, []):
-                scores[layer, head] = float("nan")
-                continue
-            trial = {**current, layer: [*current.get(layer, []), head]}
-            scores[layer, head] = sign * (base - metric.evaluate(lm, trial))
+            gone = head in current.get(layer, [])
+            scores[layer, head] = float("nan") if gone else float(mine[layer, head])
     return scores

@@ -9,7 +9,7 @@ metric's own units: Spearman points (x100), fidelity points (mean cosine x100), 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,15 +45,19 @@ def _ranks(v: torch.Tensor) -> torch.Tensor:
     return (sums / counts)[inverse]
 
 
-def gate_hooks(lm: LoadedModel, gates: torch.Tensor) -> list[Any]:
-    """Multiply each head's output by ``gates[layer, head]`` (differentiable); returns handles."""
+def gate_hooks(lm: LoadedModel, gates: torch.Tensor | Callable[[], torch.Tensor]) -> list[Any]:
+    """Multiply each head's output by ``gates[layer, head]`` (differentiable); returns handles.
+
+    ``gates`` may be a function returning the ``(L, H)`` gates, read at every forward (the L0
+    gates are drawn anew for each batch)."""
+    current = gates if callable(gates) else (lambda: gates)
     handles = []
     for layer, h in enumerate(lm.layers):
         n = lm.layout.heads_per_layer[layer]
 
         def hook(module: Any, args: tuple[Any, ...], layer: int = layer, n: int = n) -> Any:
             x = args[0]  # (B, T, H*D)
-            split = x.view(*x.shape[:-1], n, -1) * gates[layer, :n, None].to(x.dtype)
+            split = x.view(*x.shape[:-1], n, -1) * current()[layer, :n, None].to(x)  # on x's device
             return (split.reshape(x.shape), *args[1:])
 
         handles.append(h.out_proj.register_forward_pre_hook(hook))
@@ -119,7 +123,12 @@ class Metric(Protocol):
 
     def evaluate(self, lm: LoadedModel, removed: Removed | None = None) -> float: ...
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]: ...
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        """The loss of each batch; ``part`` ``(rank, world)``: only every ``world``-th batch,
+        from ``rank`` on (the batches stay those of one process)."""
+        ...
 
 
 @dataclass
@@ -143,8 +152,10 @@ class StsbMetric:
         cos = (emb[:n] * emb[n:]).sum(-1)
         return 100.0 * spearman(cos, [p.score for p in self.pairs])
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]:
-        for lo in range(0, len(self.pairs), self.batch):
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        for lo in range(0, len(self.pairs), self.batch)[part[0] :: part[1]]:
             chunk = self.pairs[lo : lo + self.batch]
             a = encode(lm, [p.first for p in chunk])
             b = encode(lm, [p.second for p in chunk])
@@ -173,8 +184,10 @@ class FidelityMetric:
         emb = embed(lm, self.texts, removed=removed)
         return 100.0 * float((emb * self.reference).sum(-1).mean())
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]:
-        for lo in range(0, len(self.texts), self.batch):
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        for lo in range(0, len(self.texts), self.batch)[part[0] :: part[1]]:
             inputs = encode(lm, self.texts[lo : lo + self.batch])
             emb = mean_pool(_hidden(lm, lm.model(**inputs)), inputs["attention_mask"])
             ref = self.reference[lo : lo + self.batch].to(emb.device)
@@ -210,8 +223,10 @@ class PerplexityMetric:
             raise InputError(f"the held-out text has fewer than {window} tokens")
         return cls(windows=ids[: n * window].view(n, window))
 
-    def loss_batches(self, lm: LoadedModel) -> Iterator[torch.Tensor]:
-        for lo in range(0, self.windows.shape[0], self.batch):
+    def loss_batches(
+        self, lm: LoadedModel, part: tuple[int, int] = (0, 1)
+    ) -> Iterator[torch.Tensor]:
+        for lo in range(0, self.windows.shape[0], self.batch)[part[0] :: part[1]]:
             ids = self.windows[lo : lo + self.batch].to(lm.device)
             logits = lm.model(input_ids=ids).logits
             yield torch.nn.functional.cross_entropy(

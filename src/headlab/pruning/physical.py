@@ -24,6 +24,7 @@ from typing import Any
 
 from headlab.attention.surgery import plan_removal
 from headlab.errors import InputError, PruningError
+from headlab.models.dispatch import refuse_offloaded
 from headlab.models.loading import LoadedModel, wrap
 from headlab.models.pruned import PRUNED_KEY
 from headlab.outputs import atomic_folder, write_error
@@ -43,11 +44,13 @@ def prune_model(lm: LoadedModel, remove: Mapping[int, Iterable[int]]) -> LoadedM
     Every layer's request is checked before any weight changes.
 
     Raises:
-        PruningError: a layer would lose all its heads, or a GQA layout would break.
+        PruningError: a layer would lose all its heads, or a GQA layout would break, or some
+            of the model's weights are offloaded (to disk, or to the CPU of a GPU model).
         InputError: a layer index out of range.
     """
     if not lm.adapter.model_types:
         raise PruningError("this model has no adapter")
+    refuse_offloaded(lm.device_map, "physical pruning")
     plans: dict[int, tuple[list[int], list[int]]] = {}
     for layer, heads in remove.items():
         if not 0 <= int(layer) < lm.n_layers:

@@ -24,6 +24,9 @@ from headlab.pruning.metrics import Metric
 
 logger = logging.getLogger(__name__)
 
+#: importance of the heads ``(L, H)`` (NaN where absent) for a model with ``removed`` heads gone
+Scorer = Callable[[LoadedModel, Metric, "dict[int, list[int]] | None"], torch.Tensor]
+
 
 @dataclass(frozen=True, kw_only=True)
 class CurvePoint:
@@ -51,7 +54,7 @@ class PruneSearch:
     stopped_by_max_loss: bool
 
 
-def _units(lm: LoadedModel) -> list[tuple[int, list[int]]]:
+def units_of(lm: LoadedModel) -> list[tuple[int, list[int]]]:
     """Pruning units: single heads under MHA, whole KV groups under GQA/MQA."""
     units = []
     for layer, (n, kv) in enumerate(
@@ -76,6 +79,8 @@ def progressive_prune(
     method: str = "gradient",
     uniform: bool = False,
     on_step: Callable[[CurvePoint], None] | None = None,
+    scorer: Scorer | None = None,
+    base: float | None = None,
     progress: Progress | None = None,
 ) -> PruneSearch:
     """Prune up to ``fraction`` of the heads in steps of ``step``; see the module docstring.
@@ -84,15 +89,18 @@ def progressive_prune(
     least important), so that every layer ends with the same head count, which the Llama
     family's own config can express. ``on_step`` gets each point as it is measured;
     ``progress`` counts the search as one stage of steps (step 0: the unpruned model).
+    ``scorer`` replaces ``method``'s importance (the trained L0 gates' scores,
+    :meth:`headlab.pruning.l0.GateResult.scores`); ``base``: the unpruned model's metric when
+    already measured.
     """
     if not 0.0 < fraction < 1.0:
         raise InputError(f"the fraction of heads to prune must be in (0, 1), got {fraction}")
     if not 0.0 < step <= 1.0:
         raise InputError(f"the step must be in (0, 1], got {step}")
-    if method not in ("gradient", "ablation"):
+    if scorer is None and method not in ("gradient", "ablation"):
         raise InputError(f"importance must be 'gradient' or 'ablation', got {method!r}")
-    score = gradient_importance if method == "gradient" else ablation_importance
-    units = _units(lm)
+    score = scorer or (gradient_importance if method == "gradient" else ablation_importance)
+    units = units_of(lm)
     total = sum(lm.layout.heads_per_layer)
     target = round(fraction * total)
     per_step = max(1, round(step * total))
@@ -101,7 +109,7 @@ def progressive_prune(
     reachable = min(target, total - sum(sizes.values()))
     report = NO_PROGRESS if progress is None else progress
     report.start("pruning search", 1 + math.ceil(reachable / per_step), "steps")
-    base = metric.evaluate(lm)
+    base = metric.evaluate(lm) if base is None else base
     report.advance(note=f"{metric.name} {base:.3f} unpruned")
     points = [CurvePoint(step=0, heads_removed=0, fraction=0.0, metric=base, loss=0.0, removed={})]
     if on_step:

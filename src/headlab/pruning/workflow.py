@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from headlab import distributed
 from headlab.errors import DataFormatError, InputError, OutputExistsError, PruningError
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress
@@ -23,6 +24,10 @@ SCHEMA = "headlab.prune/1"
 #: how far the curve goes when no model is written
 CURVE_FRACTION = 0.9
 METRICS = ("stsb", "fidelity", "perplexity")
+IMPORTANCES = ("gradient", "ablation", "l0")
+#: default L0 penalty weight and gate-training steps (benchmarks/pruning_l0.py)
+L0_WEIGHT = 0.5
+L0_STEPS = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +41,9 @@ class PruneOptions:
         overwrite: replace an ``out`` folder that headlab wrote.
         metric: ``stsb``, ``fidelity`` or ``perplexity``; ``None``: perplexity for causal
             models, stsb for encoders.
-        importance: ``gradient`` or ``ablation``.
+        importance: ``gradient``, ``ablation`` or ``l0`` (learned hard-concrete gates,
+            :mod:`headlab.pruning.l0`); with ``l0``, ``out`` and no ``fraction`` the gates
+            themselves decide which heads go.
         step: share of heads removed per step.
         max_loss: stop before losing more than this (metric units).
         uniform: the same number of heads from every layer.
@@ -46,6 +53,15 @@ class PruneOptions:
         importance_pairs: score importance on this many pairs, evenly spaced.
         text: held-out text file for perplexity.
         limit: use at most this many STS-B pairs.
+        l0_weight: the L0 penalty's weight (task-loss units for the whole set of heads).
+        l0_steps: optimiser steps of the gates.
+        seed: seeds the gates' noise and every batch order (gates and recovery).
+        recover: distill the pruned model to the unpruned one for this many steps
+            (:mod:`headlab.pruning.recovery`); on a curve, at the points of ``recover_at``.
+        recover_at: shares of heads removed where a curve is recovered (the last point at or
+            below each).
+        compare: curves of gradient, ablation and L0 importance on the same data, in one run.
+        x_axis: ``heads`` or ``kv-bytes`` (KV-cache bytes per token, causal models) for figures.
     """
 
     fraction: float | None = None
@@ -62,6 +78,20 @@ class PruneOptions:
     importance_pairs: int | None = None
     text: Path | None = None
     limit: int | None = None
+    l0_weight: float = L0_WEIGHT
+    l0_steps: int = L0_STEPS
+    seed: int = 0
+    recover: int | None = None
+    recover_at: tuple[float, ...] = (0.5, 0.7)
+    compare: bool = False
+    x_axis: str = "heads"
+
+    @property
+    def l0_config(self) -> Any:
+        """The :class:`~headlab.pruning.l0.L0Config` of these options."""
+        from headlab.pruning.l0 import L0Config
+
+        return L0Config(weight=self.l0_weight, steps=self.l0_steps, seed=self.seed)
 
     @property
     def needs_lm_head(self) -> bool:
@@ -82,24 +112,39 @@ class PruneOptions:
             raise InputError(f"--fraction must be in (0, 1), got {self.fraction}")
         if self.fraction is not None and self.out is None:
             raise InputError("--fraction needs --out DIR for the pruned model")
-        if self.fraction is None and self.out is not None:
+        if self.fraction is None and self.out is not None and self.importance != "l0":
             raise InputError(
-                f"--out {self.out} is for the pruned model of --fraction; --curve writes none "
-                "(use --json > FILE for the curve)"
+                f"--out {self.out} is for the pruned model of --fraction (or of the L0 gates, "
+                "--importance l0); --curve writes none (use --json > FILE for the curve)"
             )
+        if self.compare and (self.fraction is not None or self.out is not None):
+            raise InputError("--compare draws curves only: drop --fraction and --out")
+        if self.recover is not None and self.recover < 1:
+            raise InputError(f"--recover must be at least 1 step, got {self.recover}")
+        for f in self.recover_at:
+            if not 0.0 < f < 1.0:
+                raise InputError(f"--recover-at shares must be in (0, 1), got {f}")
+        if self.x_axis not in ("heads", "kv-bytes"):
+            raise InputError(f"--x must be heads or kv-bytes, got {self.x_axis!r}")
+        if self.seed < 0:
+            raise InputError(f"--seed must be a non-negative integer, got {self.seed}")
+        if self.importance == "l0" or self.compare:
+            self.l0_config.check()
         if not 0.0 < self.step <= 1.0:
             raise InputError(f"--step must be in (0, 1], got {self.step}")
         if self.metric is not None and self.metric not in METRICS:
             raise InputError(f"--metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
-        if self.importance not in ("gradient", "ablation"):
-            raise InputError(f"--importance must be gradient or ablation, got {self.importance!r}")
+        if self.importance not in IMPORTANCES:
+            raise InputError(
+                f"--importance must be gradient, ablation or l0, got {self.importance!r}"
+            )
         if self.max_loss is not None and not self.max_loss == self.max_loss:
             raise InputError("--max-loss must be a number, got nan")
         if self.importance_pairs is not None and self.importance_pairs < 2:
             raise InputError(f"--importance-pairs must be at least 2, got {self.importance_pairs}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit must be at least 1, got {self.limit}")
-        if self.out is not None and self.fraction is not None:
+        if self.out is not None:
             check_output(self.out, overwrite=self.overwrite, kind=KIND)
 
 
@@ -122,6 +167,7 @@ class PrunedModel:
     loads_with: list[str]
     bytes_before: int
     bytes_after: int
+    recovery: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +179,9 @@ class PruneResult:
     search: PruneSearch
     pruned: PrunedModel | None = None
     notes: list[str] = field(default_factory=list)
+    gates: dict[str, Any] | None = None  # the trained L0 gates (GateResult.to_json)
+    recovered: list[dict[str, Any]] = field(default_factory=list)  # recovery at curve points
+    kv_bytes: list[int] | None = None  # KV-cache bytes per token at each curve point
 
     def to_json(self) -> dict[str, Any]:
         """The one JSON schema of a pruning result (``schema``: ``headlab.prune/1``)."""
@@ -153,6 +202,13 @@ class PruneResult:
         }
         if self.notes:
             data["notes"] = list(self.notes)
+        if self.kv_bytes is not None:
+            for point, kv in zip(data["curve"], self.kv_bytes, strict=True):
+                point["kv_bytes_per_token"] = kv
+        if self.gates is not None:
+            data["l0"] = self.gates
+        if self.recovered:
+            data["recovered"] = list(self.recovered)
         p = self.pruned
         if p is None:
             return data
@@ -175,6 +231,8 @@ class PruneResult:
                 "bytes_after": p.bytes_after,
             }
         )
+        if p.recovery is not None:
+            data["recovery"] = p.recovery
         return data
 
 
@@ -284,35 +342,86 @@ def run_pruning(
         PruningError: a request the model's layout or transformers cannot carry out.
         OutputExistsError, OutputError: ``options.out`` cannot be written (checked first).
     """
+    from headlab.models.dispatch import refuse_offloaded
+    from headlab.pruning import methods
     from headlab.pruning.progressive import progressive_prune
 
     options.check()
     if options.out is not None and lm.path.resolve() == Path(options.out).resolve():
         raise OutputExistsError("--out must differ from the model folder")
+    if options.fraction is not None:  # before any work: offloaded weights cannot be rewritten
+        refuse_offloaded(lm.device_map, "headlab prune --fraction (physical pruning)")
     if options.transformers_compatible:
         _check_compatible(lm, options)
     evaluation, importance, probe = build_metrics(lm, options)
+    data = None
+    if options.importance == "l0" or options.recover is not None:
+        data = methods.training_data(lm, options, importance)  # too short: an error, now
+    notes: list[str] = []
+    gates = None
+    scorer = None
+    fraction, step = options.fraction, options.step
+    if options.importance == "l0":
+        assert data is not None
+        gates = methods.train_l0(lm, data, options, progress=progress)
+        scorer = methods.gate_scorer(gates)
+        removed, layer_notes = gates.kept_set(lm.n_layers)
+        notes += layer_notes
+        closed = sum(len(v) for v in removed.values())
+        notes.append(
+            f"the L0 gates (weight {options.l0_weight:g}) close {closed} of "
+            f"{sum(lm.layout.heads_per_layer)} heads"
+        )
+        if options.out is not None and fraction is None:  # the gates decide
+            if closed == 0:
+                raise PruningError(
+                    f"the L0 gates close no head at --l0-weight {options.l0_weight:g}; raise it "
+                    "or give --fraction"
+                )
+            fraction, step = closed / sum(lm.layout.heads_per_layer), 1.0
     search = progressive_prune(
         lm,
         evaluation,
         importance,
-        fraction=CURVE_FRACTION if options.fraction is None else options.fraction,
-        step=options.step,
+        fraction=CURVE_FRACTION if fraction is None else fraction,
+        step=step,
         max_loss=options.max_loss,
         method=options.importance,
         uniform=options.uniform or options.transformers_compatible,
         on_step=on_step,
+        scorer=scorer,
         progress=progress,
     )
-    notes: list[str] = []
-    if options.fraction is None:
-        return PruneResult(model=lm.name, importance=options.importance, search=search)
+    extra: dict[str, Any] = {
+        "gates": None if gates is None else gates.to_json(),
+        "kv_bytes": methods.kv_bytes(lm, search) if lm.causal else None,
+    }
+    if fraction is None:
+        recovered = []
+        if options.recover is not None:
+            assert data is not None
+            recovered = methods.recover_points(
+                lm, search, evaluation, data, options, progress=progress
+            )
+        return PruneResult(
+            model=lm.name,
+            importance=options.importance,
+            search=search,
+            notes=notes,
+            recovered=recovered,
+            **extra,
+        )
     if options.transformers_compatible:
         search, note = _compatible_choice(lm, search)
         notes += [note] if note else []
-    pruned = _prune_and_save(lm, options, search, evaluation, probe)
+    pruned = _prune_and_save(lm, options, search, evaluation, probe, data)
     return PruneResult(
-        model=lm.name, importance=options.importance, search=search, pruned=pruned, notes=notes
+        model=lm.name,
+        importance=options.importance,
+        search=search,
+        pruned=pruned,
+        notes=notes,
+        **extra,
     )
 
 
@@ -335,7 +444,12 @@ def _compatible_choice(lm: LoadedModel, search: PruneSearch) -> tuple[PruneSearc
 
 
 def _prune_and_save(
-    lm: LoadedModel, options: PruneOptions, search: PruneSearch, evaluation: Metric, probe: Any
+    lm: LoadedModel,
+    options: PruneOptions,
+    search: PruneSearch,
+    evaluation: Metric,
+    probe: Any,
+    data: Metric | None,
 ) -> PrunedModel:
     from headlab.pruning.cost import count_parameters, folder_bytes, forward_flops, forward_ms
     from headlab.pruning.physical import PRUNED_KEY, head_ids, prune_model, save_pruned
@@ -352,6 +466,11 @@ def _prune_and_save(
     small = prune_model(lm, removed)
     time_after = forward_ms(small, probe)
     metric_after = evaluation.evaluate(small)
+    recovery = None
+    if options.recover is not None and data is not None:
+        from headlab.pruning.methods import recover_model
+
+        recovery = recover_model(small, data, options, metric=evaluation, before=metric_after)
     native = bool(getattr(small.model.config, PRUNED_KEY, {}).get("native"))
     pruned = PrunedModel(
         out=Path(options.out),
@@ -371,8 +490,11 @@ def _prune_and_save(
         loads_with=["headlab", "transformers"] if native else ["headlab"],
         bytes_before=bytes_before,
         bytes_after=0,
+        recovery=recovery,
     )
     info = PruneResult(model=lm.name, importance=options.importance, search=search, pruned=pruned)
+    if not distributed.writes():  # under torchrun, rank 0 alone writes the folder
+        return pruned
     record = info.to_json()
     for key in ("out", "bytes_before", "bytes_after"):
         record.pop(key)
@@ -393,6 +515,17 @@ def read_pruning_json(data: Any, source: str) -> dict[str, Any]:
 
     if not isinstance(data, Mapping):
         raise bad(f"got a JSON {type(data).__name__} instead of an object")
+    if data.get("schema") == "headlab.prune-compare/1":  # headlab prune --curve --compare
+        methods = data.get("methods")
+        if not isinstance(methods, list) or not methods:
+            raise bad("'methods' must be a non-empty list")
+        for key in ("metric", "unit", "model"):
+            if not isinstance(data.get(key), str):
+                raise bad(f"'{key}' must be a string, got {data.get(key)!r}"[:200])
+        if not isinstance(data.get("metric_before"), int | float):
+            raise bad("'metric_before' must be a number")
+        checked = [read_pruning_json(m, f"{source}: methods[{i}]") for i, m in enumerate(methods)]
+        return {**data, "methods": checked}
     for key in ("model", "metric", "unit", "importance"):
         if not isinstance(data.get(key), str):
             raise bad(f"'{key}' must be a string, got {data.get(key)!r}"[:200])

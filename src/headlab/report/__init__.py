@@ -7,6 +7,7 @@ sees half a report.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from headlab.progress import Progress, stage
 from headlab.report import figures
 from headlab.report.data import gather
 from headlab.report.html import render
+from headlab.report.ledger import ledger_markdown
 from headlab.roles.measure import RoleReport
 
 logger = logging.getLogger(__name__)
@@ -27,6 +29,8 @@ DEFAULT_FOLDER = "headlab-report"
 MARKER = ".headlab-report"
 #: the kind of output recorded in the folder's ``.headlab-output`` marker
 KIND = "report"
+#: the schema of ``ledger.json`` (``claims``: the rows of :func:`ledger.build_ledger`)
+LEDGER_SCHEMA = "headlab.ledger/1"
 
 
 def write_report(
@@ -38,10 +42,13 @@ def write_report(
     focus_word: str,
     pruning: dict[str, Any] | None = None,
     experiment: dict[str, Any] | None = None,
+    experiments: Sequence[dict[str, Any]] = (),
+    cost: dict[str, Any] | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> Path:
-    """Write the report folder ``out`` (index.html and figures/) atomically.
+    """Write the report folder ``out`` (index.html, figures/, and the ledger of the lesson's
+    claims as ledger.json and ledger.md) atomically.
 
     An existing headlab report is replaced; another folder headlab wrote only with
     ``overwrite``; any other folder never (see :mod:`headlab.outputs`). ``progress`` is told
@@ -56,10 +63,13 @@ def write_report(
         focus_word=focus_word,
         pruning=pruning,
         experiment=experiment,
+        experiments=experiments,
+        cost=cost,
         progress=progress,
     )
     showcase = _showcase(roles)
-    n_files = 2 + len(showcase) + bool(pruning)  # the role grid, heatmaps, curve, index.html
+    # the role grid, heatmaps, pruning and cost figures, index.html
+    n_files = 2 + len(showcase) + bool(pruning) + bool(cost)
     with (
         atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp,
         stage(progress, "figures and page", n_files, "files") as report,
@@ -83,14 +93,31 @@ def write_report(
         if pruning:
             made.append(
                 (
-                    figures.pruning_curve(pruning, fig_dir / "pruning_curve.png"),
-                    "Pruning curve",
+                    figures.pruning_compare(pruning, fig_dir / "pruning_compare.png")
+                    if "methods" in pruning
+                    else figures.pruning_curve(pruning, fig_dir / "pruning_curve.png"),
+                    "Importance methods compared (with recovery)"
+                    if "methods" in pruning
+                    else "Pruning curve",
+                )
+            )
+            report.advance()
+        if cost:
+            made.append(
+                (
+                    figures.cost_figure(cost, fig_dir / "cost.png"),
+                    "Time and peak memory of attention against the head count, at one width",
                 )
             )
             report.advance()
         rel = [(f"figures/{path.name}", caption) for path, caption in made]
         (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
         report.advance()
+        (tmp / "ledger.json").write_text(
+            json.dumps({"schema": LEDGER_SCHEMA, "claims": data["ledger"]}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+        (tmp / "ledger.md").write_text(ledger_markdown(data["ledger"]), encoding="utf-8")
         (tmp / MARKER).write_text("written by headlab report\n", encoding="utf-8")
     return out
 

@@ -50,10 +50,15 @@ def gather(
     focus_word: str,
     pruning: dict[str, Any] | None = None,
     experiment: dict[str, Any] | None = None,
+    experiments: Sequence[dict[str, Any]] = (),
+    cost: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """The report's data: model, spec, roles, viewer sentences, and optional extra results
-    (the viewer's sentences are one stage of ``progress``)."""
+    """The report's data: model, spec, roles, viewer sentences, optional extra results
+    (``experiment`` and ``experiments``: one-vs-many results; ``cost``: experiment cost's), and
+    the ledger of the lesson's claims built from all of them (the viewer's sentences are one
+    stage of ``progress``)."""
+    from headlab.report.ledger import build_ledger
     from headlab.spec.costs import compute_spec
 
     spec = compute_spec(lm.layout, context=512, dtype="fp32").as_dict()
@@ -63,6 +68,8 @@ def gather(
             logger.info("patterns for %r", text[:40])
             viewer.append(sentence_patterns(lm, text))
             report.advance()
+    every = [e for e in (experiment, *experiments) if e is not None]
+    roles_json = roles.to_json()
     return {
         "schema": "headlab.report/1",
         "model": lm.name,
@@ -70,11 +77,14 @@ def gather(
         "layers": lm.n_layers,
         "heads": lm.n_heads,
         "spec": spec,
-        "roles": roles.to_json(),
+        "roles": roles_json,
         "sentences": viewer,
         "focus": _focus(viewer, focus_word),
         "pruning": pruning,
         "experiment": experiment,
+        "experiments": every,
+        "cost": cost,
+        "ledger": build_ledger(roles=roles_json, pruning=pruning, cost=cost, experiments=every),
     }
 
 

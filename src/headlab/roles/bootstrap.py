@@ -4,11 +4,14 @@ Every role statistic is a ratio of sums over sentences. Resampling sentences wit
 approximated by the Poisson bootstrap (each sentence enters each replicate ``Poisson(1)`` times;
 Hanley & MacGibbon 2006): weights are fixed per sentence and seed, so each replicate's sums are
 accumulated in the same single pass, in any batch order, and memory does not grow with the corpus.
-Replicate 0 is the corpus itself (all weights 1).
+Replicate 0 is the corpus itself (all weights 1). With ``folds``, rows 1..K come next: fold ``k``'s
+sums (weight 1 for its items, 0 for the others), so roles assigned on each fold of documents
+(:mod:`headlab.roles.folds`) come out of the same pass too; the bootstrap rows follow them.
 
-The sums live where the statistics are computed (the model's device), in float64, and move to
-the CPU once, when a corpus is done (:meth:`Sums.cpu`); the weights are drawn on the CPU, so a
-seed gives the same replicates on every device.
+The sums live where the statistics are computed (each layer's on the device that layer runs
+on, for a model spread over devices), in float64, and move to the CPU once, when a corpus is
+done (:meth:`Sums.cpu`); the weights are drawn on the CPU, so a seed gives the same replicates
+on every device.
 """
 
 from __future__ import annotations
@@ -19,10 +22,17 @@ import torch
 
 
 class Sums:
-    """Named weighted sums ``(R + 1, ...)``; index 0 is the full corpus, 1..R are resamples."""
+    """Named weighted sums ``(1 + K + R, ...)``: the full corpus, K folds, R resamples."""
 
     def __init__(
-        self, n_items: int, replicates: int, seed: int, *, device: torch.device | str = "cpu"
+        self,
+        n_items: int,
+        replicates: int,
+        seed: int,
+        *,
+        device: torch.device | str = "cpu",
+        folds: Sequence[int] | None = None,
+        n_folds: int = 0,
     ) -> None:
         device = torch.device(device)
         if device.type == "mps":  # no float64 there: the sums stay on the CPU
@@ -30,25 +40,57 @@ class Sums:
         self.device = device
         gen = torch.Generator().manual_seed(seed)
         weights = torch.poisson(torch.ones(n_items, replicates), generator=gen)
-        weights = torch.cat([torch.ones(n_items, 1), weights], dim=1).double()  # (N, R+1)
+        fold_weights = torch.zeros(n_items, n_folds)
+        if n_folds:
+            if folds is None or len(folds) != n_items:
+                raise ValueError("folds must give one fold id per item")
+            ids = torch.as_tensor(list(folds), dtype=torch.long)
+            fold_weights[torch.arange(n_items), ids] = 1.0
+        self.n_folds = n_folds
+        # (N, 1 + K + R): the corpus, the folds, the bootstrap resamples
+        weights = torch.cat([torch.ones(n_items, 1), fold_weights, weights], dim=1).double()
         self.weights = weights.to(device)
         self.values: dict[str, torch.Tensor] = {}
-        self._cached: tuple[tuple[int, ...], torch.Tensor] | None = None
+        #: layer sums not yet gathered: name -> device -> ``(R + 1, n_layers, ...)``
+        self._layers: dict[str, dict[torch.device, torch.Tensor]] = {}
+        self._cached: tuple[tuple[int, ...], dict[torch.device, torch.Tensor]] | None = None
 
     @property
     def replicates(self) -> int:
-        return self.weights.shape[1] - 1
+        """Bootstrap resamples (rows after the folds)."""
+        return self.weights.shape[1] - 1 - self.n_folds
 
-    def _weights_t(self, items: Sequence[int]) -> torch.Tensor:
-        """``(R+1, B)`` weights of ``items`` (the last batch's are kept: layers reuse them)."""
+    @property
+    def fold_rows(self) -> slice:
+        """Rows of the per-fold sums."""
+        return slice(1, 1 + self.n_folds)
+
+    @property
+    def bootstrap_rows(self) -> slice:
+        """Rows of the bootstrap resamples."""
+        return slice(1 + self.n_folds, None)
+
+    def _weights_t(self, items: Sequence[int], device: torch.device) -> torch.Tensor:
+        """``(R+1, B)`` weights of ``items`` on ``device`` (the last batch's are kept, per
+        device: layers reuse them)."""
         key = tuple(items)
         if self._cached is None or self._cached[0] != key:
-            self._cached = (key, self.weights[list(key)].t().contiguous())
-        return self._cached[1]
+            self._cached = (key, {})
+        on = self._cached[1]
+        if device not in on:
+            local = self.weights[list(key)].t().contiguous()
+            on[device] = local.to(device)
+        return on[device]
+
+    def _home(self, values: torch.Tensor) -> torch.device:
+        """Where sums of ``values`` add up: their own device (a layer's statistics stay where
+        the layer runs), or the CPU for a device without float64 (mps)."""
+        device = values.device
+        return torch.device("cpu") if device.type == "mps" else device
 
     def add(self, name: str, items: Sequence[int], values: torch.Tensor) -> None:
         """Add per-item ``values`` ``(B, ...)`` of corpus items ``items`` into ``name``."""
-        wt = self._weights_t(items)  # (R+1, B)
+        wt = self._weights_t(items, self.device)  # (R+1, B)
         flat = values.reshape(values.shape[0], -1).to(self.device, torch.float64)  # (B, K)
         total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])  # (R+1, ...)
         if name in self.values:
@@ -69,34 +111,59 @@ class Sums:
         """Like :meth:`add`, into slot ``layer`` of a ``(R + 1, n_layers, ...)`` sum.
 
         ``values`` ``(B, H_l, ...)``: a layer with fewer heads than ``n_heads`` (a model pruned
-        layer by layer) fills the first ``H_l`` of them; the others keep zero sums.
+        layer by layer) fills the first ``H_l`` of them; the others keep zero sums. The sums of
+        a layer add up on the device of its ``values`` (where the layer runs, for a model spread
+        over devices) and meet the others' in :meth:`get` and :meth:`cpu`.
         """
-        wt = self._weights_t(items)
-        flat = values.reshape(values.shape[0], -1).to(self.device, torch.float64)
+        device = self._home(values)
+        wt = self._weights_t(items, device)
+        flat = values.reshape(values.shape[0], -1).to(device, torch.float64)
         total = (wt @ flat).reshape(wt.shape[0], *values.shape[1:])
-        if name not in self.values:
+        parts = self._layers.setdefault(name, {})
+        if device not in parts:
             shape = list(values.shape[1:])
             if n_heads is not None and shape:
                 shape[0] = max(shape[0], n_heads)
-            self.values[name] = torch.zeros(
-                wt.shape[0], n_layers, *shape, dtype=torch.float64, device=self.device
+            parts[device] = torch.zeros(
+                wt.shape[0], n_layers, *shape, dtype=torch.float64, device=device
             )
-        self.values[name][:, layer, : total.shape[1]] += total
+        parts[device][:, layer, : total.shape[1]] += total
+
+    def _gather(self, name: str) -> None:
+        """Add the per-device layer sums of ``name`` into one tensor on :attr:`device`."""
+        parts = self._layers.pop(name, None)
+        if not parts:
+            return
+        total = self.values.get(name)  # an earlier gather's (a checkpoint's, say)
+        for part in parts.values():
+            part = part.to(self.device)
+            total = part if total is None else total.to(self.device) + part
+        assert total is not None
+        self.values[name] = total
+
+    def gather(self) -> Sums:
+        """Add every layer sum's per-device parts into :attr:`values` on :attr:`device` (before
+        they are all-reduced across ranks or saved to a checkpoint); returns ``self``."""
+        for name in list(self._layers):
+            self._gather(name)
+        return self
 
     def cpu(self) -> Sums:
         """Move the sums (and weights) to the CPU, where scores are computed; returns ``self``."""
+        self.gather()
         if self.device.type != "cpu":
             self.device = torch.device("cpu")
             self.weights = self.weights.cpu()
             self.values = {name: value.cpu() for name, value in self.values.items()}
-            self._cached = None
+        self._cached = None
         return self
 
     def get(self, name: str) -> torch.Tensor:
+        self._gather(name)
         return self.values[name]
 
     def __contains__(self, name: str) -> bool:
-        return name in self.values
+        return name in self.values or name in self._layers
 
 
 def ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:

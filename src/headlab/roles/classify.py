@@ -2,7 +2,8 @@
 
 A role is open to a head when its score clears the role's bar: the literature's threshold
 (positional 0.9, delimiter 0.5, rare-token 0.5, broad 0.78 of the largest entropy, induction 0.3)
-or, for syntactic and coreference heads, the best baseline plus a margin (10 points). Among the
+or, for syntactic and coreference heads, the best baseline plus a margin (10 points) *and* a
+significant difference on the same arcs (exact McNemar test, Benjamini-Hochberg q < 0.05). Among the
 open roles the dominant one is the one that clears its bar by the largest share of the room left
 above it, ``(score - bar) / (1 - bar)``. A head that clears no bar is "unclassified": an honest
 answer for most heads, not a failure.
@@ -51,6 +52,11 @@ class Thresholds:
     induction: float = 0.3
     #: relations with fewer gold arcs than this do not make a head syntactic
     min_relation_count: int = 100
+    #: a syntactic or coreference head must also beat its baseline on the same arcs with a
+    #: Benjamini-Hochberg q-value below this (exact McNemar test; docs/roles.md)
+    significance: float = 0.05
+    #: with folds, a head is named only when at least this share of folds gives it its role
+    stable: float = 0.8
 
 
 @dataclass(frozen=True, kw_only=True)

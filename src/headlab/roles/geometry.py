@@ -7,7 +7,7 @@ Shape vocabulary: ``B`` sentences, ``H`` heads, ``T`` token positions (padded), 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -59,6 +59,10 @@ class Geometry:
     def candidates(self) -> torch.Tensor:
         """``(B, W)`` words an argmax may land on: real and not special."""
         return self.word_real & ~self.word_special
+
+    def to(self, device: torch.device) -> Geometry:
+        """The same geometry on ``device`` (for a layer that runs there)."""
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
     def word_sums(
         self,

@@ -17,15 +17,19 @@ from typing import Any
 
 import torch
 
+from headlab import distributed
 from headlab.datasets.gap import GapData
 from headlab.datasets.treebank import TreebankData, TreebankSentence
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress
+from headlab.roles import stats
 from headlab.roles.bootstrap import Sums
+from headlab.roles.checkpoint import Checkpoint, Stage, fingerprint
+from headlab.roles.folds import assign_folds
 from headlab.roles.options import RoleOptions
-from headlab.roles.passes import gap_pass, induction_pass, treebank_pass
-from headlab.roles.probes import coreference
+from headlab.roles.passes import Cursor, gap_pass, induction_pass, treebank_pass
+from headlab.roles.probes import coreference, syntactic
 from headlab.roles.results import CoreferenceResult, HeadRole, RelationRow, RoleReport
 from headlab.roles.scoring import evidence as score_evidence
 from headlab.roles.scoring import head_role, relation_rows
@@ -47,6 +51,7 @@ def measure_roles(
     gap: GapData | None = None,
     frequencies: Counter[str] | None = None,
     options: RoleOptions | None = None,
+    checkpoint: Checkpoint | None = None,
     progress: Progress | None = None,
 ) -> RoleReport:
     """Score every head of ``lm`` for every role, classify it, and bootstrap the stability.
@@ -59,8 +64,14 @@ def measure_roles(
         gap: GAP examples (coreference probe); ``None`` skips it.
         frequencies: word counts for the rare-token probe (default: the treebank's own).
         options: replicates, seed, batch size, thresholds.
+        checkpoint: save the sums so far every few batches, and resume from the sums its file
+            holds (:mod:`headlab.roles.checkpoint`).
         progress: told of each pass over the data (``treebank``, ``GAP``, ``induction``) as
             its batches go by (:mod:`headlab.progress`; default: nothing).
+
+    Under ``torchrun`` (an initialized :mod:`torch.distributed` process group) each rank runs
+    its share of the batches and the sums are added up over the ranks
+    (:mod:`headlab.distributed`): every rank returns the same report.
     """
     from headlab.datasets.treebank import word_frequencies
 
@@ -74,37 +85,102 @@ def measure_roles(
         raise InputError(f"replicates must be 0 or more, got {options.replicates}")
     if not treebank:
         raise InputError("the treebank has no sentences")
+    if options.reliability == 1 or options.reliability < 0:
+        raise InputError(
+            f"reliability must be 0 (off) or at least 2 folds, got {options.reliability}"
+        )
     freq = frequencies if frequencies is not None else word_frequencies(treebank)
     relations = sorted({r for s in treebank for r in s.relations} - {"root"})
-    # the statistics run where the model is; each corpus's sums come to the CPU once
-    device = lm.device
-    tb = Sums(len(treebank), options.replicates, options.seed, device=device)
-    tb_skipped = treebank_pass(lm, treebank, freq, relations, tb, options, progress)
-    tb.cpu()
-    if "queries" not in tb:
-        raise InputError("no treebank sentence could be aligned to the model's tokens")
-    gap_sums = None
-    gap_skipped: dict[str, int] = {}
+    rel_id = {r: i for i, r in enumerate(relations)}
+    # the baseline's offsets: chosen once, on all gold trees, for every fold and resample
+    offsets = syntactic.best_offsets(
+        [s.heads for s in treebank],
+        [[rel_id.get(r, -1) for r in s.relations] for s in treebank],
+        len(relations),
+    )
+    k = options.reliability
+
+    def sums(n: int, seed: int, documents: Sequence[str] | None) -> Sums:
+        folds = assign_folds(documents, k) if k and documents is not None else None
+        if k and folds is None:  # no documents (random induction sequences): round robin
+            folds = [i % k for i in range(n)]
+        # the statistics run where the model is; each corpus's sums come to the CPU once
+        return Sums(n, options.replicates, seed, device=lm.device, folds=folds, n_folds=k)
+
+    part = distributed.part()
+    tb_docs = [s.doc_id or s.sent_id for s in treebank]
+    tb = Stage("treebank", sums(len(treebank), options.seed, tb_docs))
+    gap_stage: Stage | None = None
+    ind: Stage | None = None
     if gap is not None:
-        gap_sums = Sums(len(gap.examples), options.replicates, options.seed + 1, device=device)
-        gap_skipped = gap_pass(lm, gap, gap_sums, options, progress)
-        gap_sums.cpu()
-    ind = None
+        gap_docs = [e.source or e.id for e in gap.examples]
+        gap_stage = Stage("gap", sums(len(gap.examples), options.seed + 1, gap_docs))
     if lm.causal:
-        ind = Sums(options.induction_sequences, options.replicates, options.seed + 2, device=device)
-        induction_pass(lm, ind, options, progress)
-        ind.cpu()
-    evidence, scores, syn = score_evidence(tb, gap_sums, ind, options.thresholds)
-    dominant = evidence.dominant()  # (R+1, L, H)
-    excess = evidence.excess()[:, 0]  # (roles, L, H)
+        ind = Stage("induction", sums(options.induction_sequences, options.seed + 2, None))
+    stages = [s for s in (tb, gap_stage, ind) if s is not None]
+    if checkpoint is not None:
+        checkpoint.open(fingerprint(lm, treebank, gap, freq, options, part), part)
+        for stage in stages:
+            checkpoint.begin(stage)
+
+    def cursor(stage: Stage) -> Cursor:
+        after = None if checkpoint is None else checkpoint.after_batch(stage)
+        return Cursor(part=part, skip=stage.done, after_batch=after)
+
+    gap_skipped: dict[str, int] = {}
+    with distributed.failures("the role statistics"):
+        tb_skipped = treebank_pass(
+            lm, treebank, freq, relations, tb.sums, options, cursor(tb), offsets, progress
+        )
+        if gap is not None and gap_stage is not None:
+            gap_skipped = gap_pass(
+                lm,
+                gap,
+                gap_stage.sums,
+                options,
+                cursor(gap_stage),
+                counts=gap_stage.counts,
+                progress=progress,
+            )
+        if ind is not None:
+            induction_pass(lm, ind.sums, options, cursor(ind), progress)
+    distributed.reduce_sums(*(s.sums for s in stages))
+    if gap_stage is not None:
+        gap_skipped = dict(Counter(gap_skipped) + distributed.reduce_counts(gap_stage.counts))
+    for stage in stages:
+        stage.sums.cpu()
+    if "queries" not in tb.sums:
+        raise InputError("no treebank sentence could be aligned to the model's tokens")
     counts = tuple(lm.layout.heads_per_layer)  # a model pruned layer by layer has fewer in some
     present = torch.arange(lm.n_heads)[None, :] < torch.tensor(counts)[:, None]  # (L, H)
+    gap_sums = None if gap_stage is None else gap_stage.sums
+    evidence, scores, syn = score_evidence(
+        tb.sums,
+        gap_sums,
+        None if ind is None else ind.sums,
+        options.thresholds,
+        offsets=offsets,
+        relations=relations,
+        present=present,
+    )
+    dominant = evidence.dominant()  # (1 + K + R, L, H)
+    excess = evidence.excess()[:, 0]  # (roles, L, H)
     heads = []
     ids = lm.head_ids()  # a pruned folder's heads keep their unpruned ids
     for layer in range(lm.n_layers):
         for h in range(counts[layer]):
             role = head_role(
-                layer, h, dominant, excess, evidence, scores, relations, options.replicates
+                layer,
+                h,
+                dominant,
+                excess,
+                evidence,
+                scores,
+                relations,
+                fold_rows=tb.sums.fold_rows,
+                bootstrap_rows=tb.sums.bootstrap_rows,
+                thresholds=options.thresholds,
+                syn=syn,
             )
             heads.append(replace(role, original_head=ids[layer][h]))
     used = len(treebank) - sum(tb_skipped.values())
@@ -129,6 +205,8 @@ def measure_roles(
             acc = scores["coreference"][0].masked_fill(~present, torch.nan)  # (L, H)
             flat = int(acc.nan_to_num(-1).argmax())
             layer, h = divmod(flat, lm.n_heads)
+            against = coreference.BASELINES[int(scores["coreference_against"][0])]
+            base = float(scores[f"coref_{against}"][0])
             coref_result = CoreferenceResult(
                 layer=layer,
                 head=h,
@@ -137,6 +215,11 @@ def measure_roles(
                 baselines={
                     name: float(scores[f"coref_{name}"][0]) for name in coreference.BASELINES
                 },
+                interval=_wilson(float(scores["coreference_hits"][0, layer, h]), n_used),
+                baseline=against,
+                baseline_interval=_wilson(base * n_used, n_used),
+                p=float(scores["coreference_p"][0, layer, h]),
+                q=float(scores["coreference_q"][0, layer, h]),
             )
     return RoleReport(
         model=lm.name,
@@ -149,4 +232,10 @@ def measure_roles(
         data=data,
         thresholds=options.thresholds,
         replicates=options.replicates,
+        folds=k,
     )
+
+
+def _wilson(hits: float, n: float) -> list[float | None]:
+    low, high = stats.wilson(hits, n)
+    return [float(low), float(high)]

@@ -14,7 +14,10 @@ class RoleOptions:
     """How to measure.
 
     Attributes:
-        replicates: bootstrap resamples for stability (0 turns stability off).
+        replicates: bootstrap resamples (0: none).
+        reliability: folds of documents to assign roles on as well (0: none; else at least 2).
+            With folds, a head's stability is the share of folds that give it its role, and a
+            head below ``thresholds.stable`` is reported unclassified (see docs/roles.md).
         seed: seed of the bootstrap weights and the induction sequences.
         batch_tokens: padded tokens per forward pass.
         induction_sequences: random repeated sequences for the induction probe (causal models).
@@ -27,6 +30,7 @@ class RoleOptions:
     """
 
     replicates: int = 100
+    reliability: int = 0
     seed: int = 0
     batch_tokens: int = 4096
     induction_sequences: int = 32

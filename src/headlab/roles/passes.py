@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,6 +41,17 @@ from headlab.roles.probes import (
 DENSE_WORDS = 1 << 10
 
 
+@dataclass(frozen=True)
+class Cursor:
+    """Which batches of a pass this process runs: every ``part[1]``-th from ``part[0]`` on
+    (see :mod:`headlab.distributed`), less the first ``skip`` of them (done by the run that a
+    checkpoint resumes); ``after_batch`` is called after each one that ran."""
+
+    part: tuple[int, int] = (0, 1)
+    skip: int = 0
+    after_batch: Callable[[], None] | None = None
+
+
 class _LayerSums:
     """Per-batch sums of one layer, added up over its query blocks, then into :class:`Sums`."""
 
@@ -62,12 +74,47 @@ class _LayerSums:
         self.parts.clear()
 
 
-class TreebankBlocks:
+class _Follows:
+    """A consumer whose per-batch tables (``_placed``) follow the device of the layer whose
+    blocks come in: a model spread over devices runs each layer's statistics where that layer
+    runs. Each table is copied once per batch to each device; one device costs nothing."""
+
+    _placed: tuple[str, ...] = ()
+    _here: torch.device
+
+    def _follow(self, device: torch.device) -> None:
+        if device == self._here:
+            return
+        copies: dict[torch.device, dict[str, Any]] = self.__dict__.setdefault("_copies", {})
+        copies[self._here] = {name: getattr(self, name) for name in self._placed}
+        values = copies.get(device)
+        if values is None:
+            values = {name: value.to(device) for name, value in copies[self._here].items()}
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._here = device
+        self._on_device_change()
+
+    def _on_device_change(self) -> None:
+        """Drop scratch buffers that belong to the previous device."""
+
+
+class TreebankBlocks(_Follows):
     """The treebank pass for one batch: every probe of every layer, fed block by block
     (:class:`~headlab.models.streaming.BlockConsumer`), into ``sums``.
 
     Benchmarks can feed it weights from elsewhere (eager maps) through the same three calls.
     """
+
+    _placed = (
+        "geo",
+        "_columns",
+        "_owners",
+        "gold_head",
+        "relation",
+        "rare_target",
+        "rare_query",
+    )
 
     def __init__(
         self,
@@ -77,7 +124,11 @@ class TreebankBlocks:
         frequencies: Counter[str],
         relations: list[str],
         sums: Sums,
+        offsets: torch.Tensor | None = None,
     ) -> None:
+        """``offsets`` ``(Rel, 2)``: the baseline offsets chosen on the whole treebank
+        (:func:`~headlab.roles.probes.syntactic.best_offsets`); with them the pass also counts
+        the arcs where a head and its baseline are both right (``syntactic.both``)."""
         n_positions = batch.inputs["input_ids"].shape[1]
         device = batch.inputs["input_ids"].device
         self.geo = geo = build_geometry(
@@ -94,6 +145,8 @@ class TreebankBlocks:
         rare_chance = torch.zeros(n_batch)
         counts = torch.zeros(n_batch, n_rel, 2)
         base = torch.zeros(n_batch, n_rel, 2, len(syntactic.OFFSETS))
+        base_to_head = [[False] * n_words for _ in range(n_batch)]
+        base_to_dep = torch.zeros(n_batch, n_words, n_rel + 1, dtype=torch.bool)
         for b, (i, a) in enumerate(zip(batch.indices, batch.alignments, strict=True)):
             s = sentences[i]
             plain = a.plain_words  # treebank word k is batch word plain[k]
@@ -103,6 +156,11 @@ class TreebankBlocks:
                     gold_head[b][plain[k]] = plain[h]
                     relation[b][plain[k]] = r
             counts[b], base[b] = syntactic.sentence_counts(s.heads, rels, n_rel)
+            if offsets is not None:
+                to_head, to_dep = syntactic.baseline_flags(s.heads, rels, offsets)
+                for k in range(len(s.words)):
+                    base_to_head[b][plain[k]] = to_head[k]
+                    base_to_dep[b, plain[k], sorted(to_dep[k])] = True
             target = rare.targets(s.words, frequencies)
             n_target = sum(target)
             if n_target and len(s.words) > n_target:
@@ -118,6 +176,11 @@ class TreebankBlocks:
         self.relation = table(relation, torch.long)
         self.rare_target = table(rare_target, torch.bool)
         self.rare_query = table(rare_query, torch.bool)
+        self.base_to_head: torch.Tensor | None = None
+        self.base_to_dep: torch.Tensor | None = None
+        if offsets is not None:
+            self.base_to_head = table(base_to_head, torch.bool)
+            self.base_to_dep = base_to_dep.to(device)
         idx = batch.indices
         sums.add("queries", idx, geo.query.sum(1).float())
         sums.add("broad.rows", idx, (geo.query & (geo.log_visible > 0)).sum(1).float())
@@ -137,6 +200,11 @@ class TreebankBlocks:
         self._word_buffer: torch.Tensor | None = None  # its scratch, kept from layer to layer
         self._token_cols: torch.Tensor | None = None  # short inputs: (B, T, H, W)
         self._owners = geo.to_words.transpose(1, 2).contiguous()  # (B, W, T)
+        self._here = torch.device(device)
+
+    def _on_device_change(self) -> None:
+        self._word_buffer = None
+        self._token_cols = None
 
     def columns(self, layer: int) -> torch.Tensor:
         return self._columns
@@ -150,6 +218,7 @@ class TreebankBlocks:
         top: torch.Tensor,
         mixed: torch.Tensor | None,
     ) -> None:
+        self._follow(weights.device)
         geo = self.geo
         if mixed is None:
             mixed = weights @ self._columns[:, None, : weights.shape[-1]]
@@ -187,9 +256,14 @@ class TreebankBlocks:
             self._words = None
         else:
             return
-        self.layer_sums.add(
-            "syntactic.hits", syntactic.collect(argmax, self.gold_head, self.relation, self.n_rel)
+        arcs = syntactic.collect(
+            argmax, self.gold_head, self.relation, self.n_rel, self.base_to_head, self.base_to_dep
         )
+        if arcs.dim() == 5:  # hits, and the arcs where the baseline is right too
+            self.layer_sums.add("syntactic.hits", arcs[..., 0])
+            self.layer_sums.add("syntactic.both", arcs[..., 1])
+        else:
+            self.layer_sums.add("syntactic.hits", arcs)
         self.layer_sums.add("rare.hits", rare.collect(argmax, self.rare_target, self.rare_query))
         self.layer_sums.flush(layer)
 
@@ -201,13 +275,19 @@ def treebank_pass(
     relations: list[str],
     sums: Sums,
     options: RoleOptions,
+    cursor: Cursor = Cursor(),
+    offsets: torch.Tensor | None = None,
     progress: Progress | None = None,
 ) -> dict[str, int]:
+    """Add the treebank's sums into ``sums``; returns the sentences left out, by reason."""
+
     def blocks(batch: Batch) -> TreebankBlocks:
-        return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums)
+        return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums, offsets)
 
     skipped: Counter[str] = Counter()
-    _stream(lm, [s.words for s in sentences], blocks, options, skipped, progress, "treebank")
+    _stream(
+        lm, [s.words for s in sentences], blocks, options, skipped, cursor, progress, "treebank"
+    )
     return dict(skipped)
 
 
@@ -217,11 +297,13 @@ def _stream(
     blocks: Callable[[Batch], BlockConsumer],
     options: RoleOptions,
     skipped: Counter[str],
+    cursor: Cursor,
     progress: Progress | None,
     name: str,
 ) -> None:
-    """Run ``texts`` through the model, each batch's attention blocks into ``blocks(batch)``;
-    count the sentences left out, by reason. One stage ``name`` of ``progress``."""
+    """Run ``texts`` (the batches ``cursor`` names) through the model, each batch's attention
+    blocks into ``blocks(batch)``; count the sentences of the whole corpus that cannot be
+    batched, by reason. One stage ``name`` of ``progress``."""
     for s in stream_corpus(
         lm,
         texts,
@@ -231,6 +313,9 @@ def _stream(
         dtype=options.dtype,
         progress=progress,
         stage=name,
+        part=cursor.part,
+        skip=cursor.skip,
+        after_batch=cursor.after_batch,
     ):
         skipped[s.kind or s.reason] += 1
 
@@ -242,9 +327,11 @@ def _gap_words(a: Alignment, span: tuple[int, int]) -> list[int]:
     ]
 
 
-class GapBlocks:
+class GapBlocks(_Follows):
     """The GAP pass for one batch: each head's word-level attention from the pronoun, fed block
     by block, into ``sums``."""
+
+    _placed = ("geo", "from_pronoun", "candidates", "answer", "valid")
 
     def __init__(
         self,
@@ -285,6 +372,8 @@ class GapBlocks:
         sums.add("coref.examples", idx, self.valid)
         sums.add("coref.nearest", idx, nearest)
         sums.add("coref.first", idx, first)
+        # (B, 2): which baselines are right, to count the pronouns where a head is right too
+        self.baseline_right = torch.stack([nearest, first], 1).to(device)
         self.candidates = self.candidates.to(device)
         self.answer = self.answer.to(device)
         self.valid = self.valid.to(device)
@@ -292,6 +381,7 @@ class GapBlocks:
         self.from_pronoun = geo.from_words[torch.arange(n_batch, device=device), pronoun]  # (B, T)
         self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
         self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
+        self._here = torch.device(device)
 
     def columns(self, layer: int) -> None:
         return None
@@ -306,6 +396,7 @@ class GapBlocks:
         mixed: torch.Tensor | None,
     ) -> None:
         n_batch, n_heads, n_rows, n_keys = weights.shape
+        self._follow(weights.device)
         if self._seen is None:
             self._seen = weights.new_zeros(n_batch, n_heads, self.from_pronoun.shape[1])
         share = self.from_pronoun[:, start : start + n_rows]  # (B, t)
@@ -320,8 +411,10 @@ class GapBlocks:
         if seen is None:
             return
         row = coreference.to_word_row(seen, self.geo)
-        hits = coreference.collect(row, self.candidates, self.answer)
-        self.layer_sums.add("coref.hits", hits * self.valid[:, None])
+        hits = coreference.collect(row, self.candidates, self.answer) * self.valid[:, None]
+        self.layer_sums.add("coref.hits", hits)
+        both = hits[..., None] * self.baseline_right[:, None, :]  # (B, H, 2)
+        self.layer_sums.add("coref.both", both)
         self.layer_sums.flush(layer)
 
 
@@ -330,14 +423,20 @@ def gap_pass(
     gap: GapData,
     sums: Sums,
     options: RoleOptions,
+    cursor: Cursor = Cursor(),
+    counts: Counter[str] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, int]:
+    """Add the GAP examples' sums into ``sums``; returns the rows left out, by reason: those
+    of the whole data set (the reader's, and those that cannot be batched), plus those of the
+    batches that ran when no ``counts`` is given; else these go into ``counts``."""
     skipped: Counter[str] = Counter({k: v for k, v in gap.skipped.items() if v})
+    in_batches = skipped if counts is None else counts
 
     def blocks(batch: Batch) -> GapBlocks:
-        return GapBlocks(lm, batch, gap.examples, sums, skipped)
+        return GapBlocks(lm, batch, gap.examples, sums, in_batches)
 
-    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped, progress, "GAP")
+    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped, cursor, progress, "GAP")
     return dict(skipped)
 
 
@@ -346,7 +445,11 @@ def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
 
 
 def induction_pass(
-    lm: LoadedModel, sums: Sums, options: RoleOptions, progress: Progress | None = None
+    lm: LoadedModel,
+    sums: Sums,
+    options: RoleOptions,
+    cursor: Cursor = Cursor(),
+    progress: Progress | None = None,
 ) -> None:
     from headlab.models.capture import HeadCapture
 
@@ -359,8 +462,11 @@ def induction_pass(
             f"induction sequences of {ids.shape[1]} tokens exceed the model's {limit} positions"
         )
     per_batch = max(1, options.batch_tokens // ids.shape[1])
-    with stage(progress, "induction", ids.shape[0], "sequences") as report:
-        for lo in range(0, ids.shape[0], per_batch):
+    rank, world = cursor.part
+    starts = range(0, ids.shape[0], per_batch)[rank::world][cursor.skip :]
+    total = sum(min(per_batch, ids.shape[0] - lo) for lo in starts)
+    with stage(progress, "induction", total, "sequences") as report:
+        for lo in starts:
             chunk = ids[lo : lo + per_batch].to(lm.device)
             items = list(range(lo, lo + chunk.shape[0]))
             with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
@@ -371,4 +477,6 @@ def induction_pass(
                 sums.add_layer(
                     "induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
                 )
+            if cursor.after_batch is not None:
+                cursor.after_batch()
             report.advance(len(items))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headlab.roles.classify import LETTERS, ROLES, Thresholds
+from headlab.roles.probes.syntactic import RELATION_SET
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +27,16 @@ class HeadRole:
     scores: dict[str, float | None]
     #: the head's id in the unpruned model (differs from ``head`` in a folder pruned by headlab)
     original_head: int | None = None
+    #: the role the whole data gives; ``role`` is "unclassified" when it did not replicate
+    measured_role: str = ""
+    #: with folds: whether at least ``Thresholds.stable`` of the folds agree (else ``None``)
+    stable: bool | None = None
+    #: share of folds whose role is ``measured_role`` (``None`` without folds)
+    fold_agreement: float | None = None
+    #: share of bootstrap resamples whose role is ``measured_role`` (``None`` without them)
+    bootstrap_stability: float | None = None
+    #: what decided the role: probe, relation, accuracy, Wilson interval, baseline, p, q
+    evidence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +51,15 @@ class RelationRow:
     baseline: float
     baseline_offset: int
     count: int
+    #: 95% Wilson intervals of ``accuracy`` and ``baseline``
+    interval: list[float | None] | None = None
+    baseline_interval: list[float | None] | None = None
+    #: exact McNemar p-value against the baseline on the same arcs, and its BH q-value (``None``
+    #: outside the family: a relation outside the set or with too few arcs)
+    p: float | None = None
+    q: float | None = None
+    #: whether the relation is in the a-priori set that decides syntactic roles
+    in_set: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +71,12 @@ class CoreferenceResult:
     accuracy: float
     count: int
     baselines: dict[str, float]
+    interval: list[float | None] | None = None
+    #: the stronger baseline, which the head is tested against
+    baseline: str = ""
+    baseline_interval: list[float | None] | None = None
+    p: float | None = None
+    q: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +94,8 @@ class RoleReport:
     data: dict[str, Any]
     thresholds: Thresholds
     replicates: int
+    #: folds of documents the roles were also assigned on (0: none)
+    folds: int = 0
 
     @property
     def layer_heads(self) -> tuple[int, ...]:
@@ -101,9 +129,13 @@ class RoleReport:
             "heads_per_layer": self.n_heads,
             "heads_in_layer": list(self.layer_heads),
             "replicates": self.replicates,
+            "folds": self.folds,
+            "relation_set": list(RELATION_SET),
+            "correction": "benjamini-hochberg",
             "thresholds": vars(self.thresholds),
             "data": self.data,
             "role_counts": self.role_counts(),
+            "unstable": sum(1 for h in self.heads if h.stable is False),
             "heads": [_rounded(vars(h)) for h in self.heads],
             "relations": [_rounded(vars(r)) for r in self.relations],
             "coreference": None if self.coreference is None else _rounded(vars(self.coreference)),
@@ -112,7 +144,9 @@ class RoleReport:
 
 def _rounded(obj: Any) -> Any:
     if isinstance(obj, float):
-        return None if math.isnan(obj) else round(obj, 4)
+        if math.isnan(obj):
+            return None
+        return float(f"{obj:.3g}") if obj and abs(obj) < 1e-4 else round(obj, 4)  # p-values
     if isinstance(obj, dict):
         return {k: _rounded(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -4,11 +4,15 @@ baseline and stability, and the best head of each relation."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
+from headlab.roles import stats
 from headlab.roles.bootstrap import Sums
-from headlab.roles.classify import ROLES, RoleEvidence, Thresholds, role_name
+from headlab.roles.classify import ROLES, UNCLASSIFIED, RoleEvidence, Thresholds, role_name
 from headlab.roles.probes import (
     broad,
     coreference,
@@ -21,28 +25,98 @@ from headlab.roles.probes import (
 from headlab.roles.results import HeadRole, RelationRow
 
 
+def _tested(
+    hits: torch.Tensor, both: torch.Tensor, base_hits: torch.Tensor, family: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact McNemar p-values and their BH q-values over each row's ``family`` (bool mask)."""
+    b = (hits - both).numpy()  # head right, baseline wrong
+    c = (base_hits - both).numpy()  # baseline right, head wrong
+    mask = family.numpy()
+    p = np.full(mask.shape, np.nan)
+    p[mask] = stats.mcnemar_exact(b[mask], c[mask])
+    rows = mask.shape[0]
+    q = stats.benjamini_hochberg(p.reshape(rows, -1), mask.reshape(rows, -1)).reshape(mask.shape)
+    return torch.from_numpy(p), torch.from_numpy(q)
+
+
+def syntactic_choice(
+    syn: dict[str, torch.Tensor],
+    relations: Sequence[str],
+    present: torch.Tensor,
+    thresholds: Thresholds,
+) -> dict[str, torch.Tensor]:
+    """Each head's deciding relation x direction, in every row, from :func:`syntactic.scores`.
+
+    A relation x direction is *tested* when the relation is in
+    :data:`~headlab.roles.probes.syntactic.RELATION_SET` and has at least
+    ``min_relation_count`` arcs in that row; every tested one of every present head is one
+    exact McNemar test against the baseline on the same arcs, and each row's tests are one
+    Benjamini-Hochberg family (their p and q go into ``syn``). A head *clears* the syntactic bar
+    on a relation when its accuracy beats the baseline by ``syntactic_margin`` and q is below
+    ``significance``. The deciding relation is the widest margin among those cleared, else the
+    widest among those tested (shown, not cleared).
+
+    Returns ``(R+1, L, H)`` tensors: ``best`` (index ``relation * 2 + direction``), ``clears``,
+    ``accuracy`` (NaN when nothing was tested), ``baseline``, ``p``, ``q``, ``hits``, ``count``.
+    """
+    in_set = torch.tensor([r in syntactic.RELATION_SET for r in relations], dtype=torch.bool)
+    eligible = (syn["count"] >= thresholds.min_relation_count) & in_set[None, :, None]
+    family = eligible[:, None, None] & present[None, :, :, None, None]  # (R+1, L, H, Rel, 2)
+    syn["p"], syn["q"] = _tested(
+        syn["hits"], syn["both"], syn["baseline_hits"][:, None, None], family
+    )
+    margin = syn["accuracy"] - syn["baseline"][:, None, None]  # (R+1, L, H, Rel, 2)
+    clears = family & (syn["q"] < thresholds.significance)
+    clears &= margin >= thresholds.syntactic_margin
+    key = torch.where(clears, margin + 10.0, torch.where(family, margin, -torch.inf))
+    key = key.nan_to_num(-torch.inf).flatten(-2)  # (R+1, L, H, Rel*2)
+    best = key.argmax(-1)  # (R+1, L, H)
+
+    def at_best(t: torch.Tensor) -> torch.Tensor:
+        return t.expand_as(syn["hits"]).flatten(-2).gather(-1, best[..., None]).squeeze(-1)
+
+    tested = torch.isfinite(key.max(-1).values)
+    return {
+        "best": best,
+        "clears": at_best(clears),
+        "accuracy": torch.where(tested, at_best(syn["accuracy"]), torch.nan),
+        "baseline": at_best(syn["baseline"][:, None, None]),
+        "p": at_best(syn["p"]),
+        "q": at_best(syn["q"]),
+        "hits": at_best(syn["hits"]),
+        "count": at_best(syn["count"][:, None, None]),
+    }
+
+
 def evidence(
-    tb: Sums, gap: Sums | None, ind: Sums | None, thresholds: Thresholds
+    tb: Sums,
+    gap: Sums | None,
+    ind: Sums | None,
+    thresholds: Thresholds,
+    *,
+    offsets: torch.Tensor,
+    relations: Sequence[str],
+    present: torch.Tensor,
 ) -> tuple[RoleEvidence, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Every role's score, baseline and bar for every row of the sums, and the tests behind them.
+
+    ``offsets`` ``(Rel, 2)``: the baseline offsets the pass counted with; ``present`` ``(L, H)``:
+    the heads the model has (a pruned layer has fewer): the families of the multiple-comparison
+    correction are made of them.
+    """
     scores: dict[str, torch.Tensor] = {}
     scores.update(positional.scores(tb))
     scores.update(delimiter.scores(tb))
     scores.update(broad.scores(tb))
     scores.update(rare.scores(tb))
-    syn = syntactic.scores(tb)
+    syn = syntactic.scores(tb, offsets)
     shape = scores["positional"].shape  # (R+1, L, H)
-    eligible = syn["count"][0] >= thresholds.min_relation_count  # (Rel, 2)
-    margin = (syn["accuracy"] - syn["baseline"][:, None, None]).nan_to_num(-2.0)
-    margin = margin.masked_fill(~eligible, -2.0).flatten(-2)  # (R+1, L, H, Rel*2)
-    best = margin.argmax(-1)  # (R+1, L, H)
-    acc = syn["accuracy"].flatten(-2).gather(-1, best[..., None]).squeeze(-1)
-    base = (
-        syn["baseline"].flatten(-2)[:, None, None, :].expand(*shape, -1).gather(-1, best[..., None])
-    ).squeeze(-1)
-    if not bool(eligible.any()):
-        acc = torch.full(shape, torch.nan, dtype=acc.dtype)
+    choice = syntactic_choice(syn, relations, present, thresholds)
+    acc, base = choice["accuracy"], choice["baseline"]
     scores["syntactic"] = acc
-    scores["syntactic_relation"] = best
+    scores["syntactic_relation"] = choice["best"]
+    for key in ("p", "q", "hits", "count"):
+        scores[f"syntactic_{key}"] = choice[key]
     score: dict[str, torch.Tensor] = {}
     baseline: dict[str, torch.Tensor] = {}
     bar: dict[str, torch.Tensor] = {}
@@ -59,18 +133,43 @@ def evidence(
     baseline["rare-token"] = scores["rare_chance"]
     score["syntactic"] = acc
     baseline["syntactic"] = base
-    bar["syntactic"] = base + thresholds.syntactic_margin
+    bar["syntactic"] = torch.where(choice["clears"], base + thresholds.syntactic_margin, torch.inf)
     if gap is not None and "coref.examples" in gap:
         coref = coreference.scores(gap)
         scores.update(coref)
-        best_base = torch.maximum(coref["coref_nearest"], coref["coref_first"])[:, None, None]
+        bases = torch.stack([coref[f"coref_{b}"] for b in coreference.BASELINES], -1)  # (R+1, 2)
+        which = bases.nan_to_num(-1.0).argmax(-1)  # (R+1,)
+        best_base = bases.gather(-1, which[:, None]).squeeze(-1)  # (R+1,)
+        n = gap.get("coref.examples")  # (R+1,)
+        both = gap.get("coref.both")  # (R+1, L, H, 2)
+        index = which[:, None, None, None].expand(*both.shape[:-1], 1)
+        both = both.gather(-1, index).squeeze(-1)  # (R+1, L, H)
+        base_hits = (best_base.nan_to_num(0.0) * n)[:, None, None]
+        c_family = present[None] & (n > 0)[:, None, None]
+        c_p, c_q = _tested(gap.get("coref.hits"), both, base_hits, c_family)
+        scores["coreference_p"], scores["coreference_q"] = c_p, c_q
+        scores["coreference_against"] = which
+        scores["coreference_hits"] = gap.get("coref.hits")
+        scores["coreference_count"] = n[:, None, None].expand(shape)
+        c_clears = c_q < thresholds.significance
         score["coreference"] = coref["coreference"]
-        baseline["coreference"] = best_base.expand(shape)
-        bar["coreference"] = baseline["coreference"] + thresholds.coreference_margin
+        baseline["coreference"] = best_base[:, None, None].expand(shape)
+        bar["coreference"] = torch.where(
+            c_clears, baseline["coreference"] + thresholds.coreference_margin, torch.inf
+        )
     if ind is not None and "induction.n" in ind:
         scores.update(induction.scores(ind))
         fixed("induction", "induction", thresholds.induction)
     return RoleEvidence(score=score, baseline=baseline, bar=bar), scores, syn
+
+
+def _interval(hits: float, n: float) -> list[float | None]:
+    low, high = stats.wilson(hits, n)
+    return [None if math.isnan(v) else float(v) for v in (float(low), float(high))]
+
+
+def _number(v: float) -> float | None:
+    return None if math.isnan(v) else v
 
 
 def head_role(
@@ -80,16 +179,27 @@ def head_role(
     excess: torch.Tensor,
     evidence: RoleEvidence,
     scores: dict[str, torch.Tensor],
-    relations: list[str],
-    replicates: int,
+    relations: Sequence[str],
+    *,
+    fold_rows: slice,
+    bootstrap_rows: slice,
+    thresholds: Thresholds,
+    syn: dict[str, torch.Tensor],
 ) -> HeadRole:
-    role = role_name(int(dominant[0, layer, h]))
+    """One head's result on the whole data (row 0), with its agreement across folds
+    (``fold_rows`` of ``dominant``) and across bootstrap resamples (``bootstrap_rows``)."""
+    measured = role_name(int(dominant[0, layer, h]))
     cleared = [(float(excess[i, layer, h]), r) for i, r in enumerate(ROLES)]
     passing = tuple(r for margin, r in sorted(cleared, reverse=True) if math.isfinite(margin))
-    stability = None
-    if replicates:
-        same = dominant[1:, layer, h] == dominant[0, layer, h]
-        stability = float(same.double().mean())
+
+    def share(rows: slice) -> float | None:
+        same = dominant[rows, layer, h] == dominant[0, layer, h]
+        return float(same.double().mean()) if same.numel() else None
+
+    folds, boot = share(fold_rows), share(bootstrap_rows)
+    stability = folds if folds is not None else boot
+    stable = None if folds is None else folds >= thresholds.stable
+    role = measured if stable is not False else UNCLASSIFIED
 
     def value(key: str) -> float | None:
         if key not in scores:
@@ -98,23 +208,61 @@ def head_role(
         return None if math.isnan(v) else v
 
     score = baseline = margin = None
-    if role in evidence.score:
-        score = float(evidence.score[role][0, layer, h])
-        baseline = float(evidence.baseline[role][0, layer, h])
-        margin = score - baseline
+    if measured in evidence.score:
+        score = _number(float(evidence.score[measured][0, layer, h]))
+        baseline = _number(float(evidence.baseline[measured][0, layer, h]))
+        margin = None if score is None or baseline is None else score - baseline
     detail = ""
-    if role == "positional":
+    proof: dict[str, Any] | None = None
+    if measured == "positional":
         detail = f"offset {int(scores['positional_offset'][0, layer, h]):+d}"
-    elif role == "syntactic":
+    elif measured == "syntactic":
         k = int(scores["syntactic_relation"][0, layer, h])
-        detail = f"{relations[k // 2]} {syntactic.DIRECTIONS[k % 2].replace('_', ' ')}"
-    elif role == "delimiter":
+        relation, direction = relations[k // 2], syntactic.DIRECTIONS[k % 2]
+        detail = f"{relation} {direction.replace('_', ' ')}"
+        hits, n = value("syntactic_hits") or 0.0, value("syntactic_count") or 0.0
+        proof = {
+            "probe": "syntactic",
+            "relation": relation,
+            "direction": direction,
+            "accuracy": score,
+            "interval": _interval(hits, n),
+            "baseline": baseline,
+            "baseline_interval": _interval((baseline or 0.0) * n, n),
+            "baseline_offset": int(syn["baseline_offset"][0, k // 2, k % 2]),
+            "count": int(n),
+            "p": value("syntactic_p"),
+            "q": value("syntactic_q"),
+        }
+    elif measured == "coreference":
+        hits, n = value("coreference_hits") or 0.0, value("coreference_count") or 0.0
+        proof = {
+            "probe": "coreference",
+            "accuracy": score,
+            "interval": _interval(hits, n),
+            "baseline": baseline,
+            "baseline_interval": _interval((baseline or 0.0) * n, n),
+            "count": int(n),
+            "p": value("coreference_p"),
+            "q": value("coreference_q"),
+        }
+    elif measured == "delimiter":
         parts = {p: value(p) or 0.0 for p in ("cls", "sep", "punct")}
         detail = {"cls": "[CLS]", "sep": "[SEP]/EOS", "punct": "punctuation"}[
             max(parts, key=lambda p: parts[p])
         ]
-    elif role == "broad":
+    elif measured == "broad":
         detail = f"{value('entropy') or 0.0:.2f} nats"
+    if proof is None and measured in evidence.score:  # a literature bar, no baseline to test
+        proof = {
+            "probe": measured,
+            "score": score,
+            "bar": _number(float(evidence.bar[measured][0, layer, h])),
+        }
+    if stable is False:
+        detail = f"unstable: {measured} in {folds:.0%} of folds" + (
+            f" ({detail})" if detail else ""
+        )
     names = (
         "positional",
         "previous",
@@ -141,13 +289,20 @@ def head_role(
         detail=detail,
         stability=stability,
         scores={name: value(name) for name in names if name in scores},
+        measured_role=measured,
+        stable=stable,
+        fold_agreement=folds,
+        bootstrap_stability=boot,
+        evidence=proof,
     )
 
 
 def relation_rows(
-    syn: dict[str, torch.Tensor], relations: list[str], present: torch.Tensor
+    syn: dict[str, torch.Tensor], relations: Sequence[str], present: torch.Tensor
 ) -> list[RelationRow]:
-    """The best existing head (``present`` ``(L, H)``) of each relation and direction."""
+    """The best existing head (``present`` ``(L, H)``) of each relation and direction, with
+    Wilson intervals, and the paired test against the baseline (``q``: only for relations of
+    the a-priori set with enough arcs, the family the correction runs over)."""
     rows = []
     n_heads = present.shape[1]
     acc = syn["accuracy"][0].masked_fill(~present[..., None, None], torch.nan)  # (L, H, Rel, 2)
@@ -159,6 +314,13 @@ def relation_rows(
             per_head = acc[..., r, d].nan_to_num(-1.0)
             flat = int(per_head.argmax())
             layer, h = divmod(flat, n_heads)
+            hits = float(syn["hits"][0, layer, h, r, d])
+            base = float(syn["baseline"][0, r, d])
+            p = float(syn["p"][0, layer, h, r, d])
+            if math.isnan(p):  # outside the family: tested for the table, not corrected
+                both = float(syn["both"][0, layer, h, r, d])
+                b, c = hits - both, float(syn["baseline_hits"][0, r, d]) - both
+                p = float(stats.mcnemar_exact(b, c))
             rows.append(
                 RelationRow(
                     relation=name,
@@ -166,9 +328,14 @@ def relation_rows(
                     layer=layer,
                     head=h,
                     accuracy=float(per_head[layer, h]),
-                    baseline=float(syn["baseline"][0, r, d]),
+                    baseline=base,
                     baseline_offset=int(syn["baseline_offset"][0, r, d]),
                     count=count,
+                    interval=_interval(hits, count),
+                    baseline_interval=_interval(base * count, count),
+                    p=p,
+                    q=_number(float(syn["q"][0, layer, h, r, d])),
+                    in_set=name in syntactic.RELATION_SET,
                 )
             )
     return rows

@@ -2,11 +2,18 @@
 
 Heads split the model width (``head_dim = d_model / n_heads``), so every model in the grid has
 exactly the same parameters; only how the width is cut into heads differs.
+
+Two settings: ``small`` (width 64, 2 layers; the binding task and a BPE language model) and
+``large`` (width 256, 4 layers, 1 to 16 heads, a character-level language model on
+TinyShakespeare), a scale at which a difference between head counts has room to show. Both run
+on any torch device; the batches are drawn on the CPU, so a seed gives the same batches there.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +21,7 @@ from typing import Any
 
 import torch
 
+from headlab.errors import ConfigError
 from headlab.progress import Progress
 from headlab.training.model import ModelConfig, TinyTransformer
 from headlab.training.tasks import (
@@ -23,6 +31,7 @@ from headlab.training.tasks import (
     binding_loss,
     lm_loss,
     perplexity,
+    prepare_chars,
     prepare_text,
     shakespeare_text,
 )
@@ -33,19 +42,73 @@ from headlab.training.trainer import TrainConfig, seed_everything, train
 class GridConfig:
     """The experiment's settings (``quick`` runs a smaller grid)."""
 
+    setting: str = "small"
     heads: tuple[int, ...] = (1, 2, 4, 8)
     seeds: tuple[int, ...] = (0, 1, 2)
     d_model: int = 64
     n_layers: int = 2
+    d_ff: int = 256
     binding_steps: int = 1000
     lm_steps: int = 800
     lm_window: int = 64
+    lm_batch: int = 32
+    #: "bpe" (a 1,024-token byte-level BPE trained on the training part) or "char"
+    tokenizer: str = "bpe"
+    lr: float = 3e-3
+    #: held-out windows of ``lm_window`` tokens for the perplexity
+    eval_windows: int = 200
     batch_size: int = 64
     tasks: tuple[str, ...] = ("binding", "binding-mlp", "language-model")
+    #: a torch device string; the models and each batch go there
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.tokenizer not in ("bpe", "char"):
+            raise ConfigError(f"tokenizer must be 'bpe' or 'char', got {self.tokenizer!r}")
+        unknown = set(self.tasks) - {"binding", "binding-mlp", "language-model"}
+        if unknown:
+            raise ConfigError(f"unknown task(s) {sorted(unknown)}")
+        for h in self.heads:
+            if h < 1 or self.d_model % h:
+                raise ConfigError(f"{h} heads do not divide the width {self.d_model}")
 
     @classmethod
-    def quick(cls) -> GridConfig:
-        return cls(heads=(1, 4), seeds=(0,), binding_steps=400, tasks=("binding",))
+    def quick(cls, **kw: Any) -> GridConfig:
+        return cls(heads=(1, 4), seeds=(0,), binding_steps=400, tasks=("binding",), **kw)
+
+    @classmethod
+    def large(cls, *, quick: bool = False, **kw: Any) -> GridConfig:
+        """Width 256, 4 layers, 1/4/8/16 heads, characters of TinyShakespeare, 3 seeds of 3,000
+        steps of 64 x 256 characters (for a GPU). ``quick``: 1 and 8 heads, 2 seeds, 200 steps
+        of 16 x 128 characters, within 30 minutes on 2 shared CPU cores."""
+        base: dict[str, Any] = dict(
+            setting="large",
+            d_model=256,
+            n_layers=4,
+            d_ff=1024,
+            tokenizer="char",
+            lr=2e-3,
+            tasks=("language-model",),
+        )
+        if quick:
+            base |= dict(
+                heads=(1, 8),
+                seeds=(0, 1),
+                lm_steps=200,
+                lm_window=128,
+                lm_batch=16,
+                eval_windows=100,
+            )
+        else:
+            base |= dict(
+                heads=(1, 4, 8, 16),
+                seeds=(0, 1, 2),
+                lm_steps=3000,
+                lm_window=256,
+                lm_batch=64,
+                eval_windows=400,
+            )
+        return cls(**(base | kw))
 
 
 def n_parameters(model: torch.nn.Module) -> int:
@@ -69,7 +132,7 @@ def run_binding(
             mlp=mlp,
         ),
         task,
-    )
+    ).to(torch.device(cfg.device))
     train(
         model,
         binding_loss(task, cfg.batch_size),
@@ -100,33 +163,39 @@ def run_lm(
 ) -> dict[str, Any]:
     if "ids" not in cache:
         text = cache.pop("text", None) or shakespeare_text(data)
-        cache["tokenizer"], cache["ids"], cache["held_out"] = prepare_text(text)
-    tok = cache["tokenizer"]
+        prepare = prepare_chars if cfg.tokenizer == "char" else prepare_text
+        cache["tokenizer"], cache["ids"], cache["held_out"] = prepare(text)
     gen = seed_everything(seed)
     model = TinyTransformer(
         ModelConfig(
-            vocab_size=len(tok),
+            vocab_size=len(cache["tokenizer"]),
             d_model=cfg.d_model,
             n_layers=cfg.n_layers,
             n_heads=n_heads,
+            d_ff=cfg.d_ff,
             max_len=cfg.lm_window,
         )
-    )
-    train(
+    ).to(torch.device(cfg.device))  # initialised on the CPU: the same weights on any device
+    start = time.perf_counter()
+    losses = train(
         model,
-        lm_loss(cache["ids"], cfg.lm_window, 32),
-        TrainConfig(steps=cfg.lm_steps, seed=seed, warmup=min(100, cfg.lm_steps // 10)),
+        lm_loss(cache["ids"], cfg.lm_window, cfg.lm_batch),
+        TrainConfig(steps=cfg.lm_steps, lr=cfg.lr, seed=seed, warmup=min(100, cfg.lm_steps // 10)),
         gen,
         progress=progress,
         label=f"language model h={n_heads} seed={seed}",
     )
+    ppl = perplexity(model, cache["held_out"], cfg.lm_window, cfg.eval_windows)
     return {
         "task": "language-model",
         "n_heads": n_heads,
         "seed": seed,
         "metric": "perplexity",
-        "value": perplexity(model, cache["held_out"], cfg.lm_window),
+        "value": ppl,
+        "bits_per_token": math.log2(ppl),
+        "final_train_loss": losses[-1],
         "params": n_parameters(model),
+        "train_s": time.perf_counter() - start,
     }
 
 
@@ -151,8 +220,12 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the grid; returns ``{"task", "runs": [...], "summary": [...], "config"}``. Each
-    training run is one stage of ``progress``, in steps."""
+    """Run the grid; returns ``{"task", "setting", "device", "runs": [...], "summary": [...],
+    "config", "wall_s"}``. Each training run is one stage of ``progress``, in steps."""
+    device = torch.device(cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for, but torch sees no CUDA device here")
+    start = time.perf_counter()
     runs: list[dict[str, Any]] = []
     cache: dict[str, Any] = {}
     if "language-model" in cfg.tasks:  # a missing corpus is found before any training
@@ -166,7 +239,10 @@ def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress | None = None
                     runs.append(run_lm(cfg, n_heads, seed, data, progress, cache))
     return {
         "task": "+".join(cfg.tasks),
+        "setting": cfg.setting,
+        "device": str(device),
         "runs": runs,
         "summary": summarise(runs),
         "config": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()},
+        "wall_s": time.perf_counter() - start,
     }

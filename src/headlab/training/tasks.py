@@ -9,7 +9,8 @@ arrives is an average of the two tokens in which "which was the subject" is blur
 heads can each fetch one.
 
 **Task 2, real text**: next-token prediction on TinyShakespeare with a byte-level BPE tokenizer
-trained by headlab on the training part (first 90% of characters); perplexity on the rest.
+trained by headlab on the training part (first 90% of characters), or one token per character
+(the ``large`` setting); perplexity on the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from torch import nn
 
 from headlab.errors import InputError
 from headlab.training.model import ModelConfig, TinyTransformer
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +85,9 @@ class BindingModel(nn.Module):
 def binding_loss(task: BindingTask, batch_size: int) -> Any:
     def loss(model: nn.Module, gen: torch.Generator) -> torch.Tensor:
         ids, targets, _ = task.batch(batch_size, gen)
-        logits = model(ids)
+        device = _device_of(model)
+        logits = model(ids.to(device))
+        targets = targets.to(device)
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     return loss
@@ -91,9 +98,11 @@ def binding_eval(model: BindingModel, task: BindingTask, n: int, seed: int) -> d
     """Accuracy (both answers right) and the last layer's attention from the query token."""
     gen = torch.Generator().manual_seed(10_000 + seed)
     ids, targets, where = task.batch(n, gen)
+    device = _device_of(model)
+    ids, targets, where = ids.to(device), targets.to(device), where.to(device)
     pred = model(ids).argmax(-1)
     both = (pred == targets).all(-1).float().mean()
-    x = model.backbone.wte(ids) + model.backbone.wpe(torch.arange(ids.shape[1]))
+    x = model.backbone.wte(ids) + model.backbone.wpe(torch.arange(ids.shape[1], device=device))
     blocks = model.backbone.layers
     for block in blocks[:-1]:
         x = block(x)
@@ -102,7 +111,7 @@ def binding_eval(model: BindingModel, task: BindingTask, n: int, seed: int) -> d
     if weights is None:  # pragma: no cover - need_weights=True always returns them
         raise RuntimeError("attention weights were not returned")
     row = weights[:, :, -1, :]  # (B, H, T): where the query token looks, per head
-    idx = torch.arange(n)
+    idx = torch.arange(n, device=device)
     mass_x, mass_y = row[idx, :, where[:, 0]], row[idx, :, where[:, 1]]  # (B, H)
     entropy = -(row.clamp_min(1e-12).log() * row).sum(-1)  # (B, H)
     return {
@@ -170,10 +179,27 @@ def prepare_text(text: str, vocab_size: int = 1024) -> tuple[Any, torch.Tensor, 
     return tok, ids, held
 
 
+def prepare_chars(text: str) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """``(vocabulary, training ids, held-out ids)`` with one token per character: the characters
+    of the training part (first 90%), sorted, then one id for any held-out character the
+    training part never showed."""
+    train_text, held_out = split_text(text)
+    chars = sorted(set(train_text))
+    index = {c: i for i, c in enumerate(chars)}
+    unknown = len(chars)
+    ids = torch.tensor([index[c] for c in train_text])
+    held = torch.tensor([index.get(c, unknown) for c in held_out])
+    return [*chars, "<unk>"], ids, held
+
+
 def lm_loss(ids: torch.Tensor, window: int, batch_size: int) -> Any:
+    """Next-token loss on ``batch_size`` random windows of ``ids`` (drawn on the CPU with the
+    trainer's generator, so the batches do not depend on the model's device)."""
+
     def loss(model: nn.Module, gen: torch.Generator) -> torch.Tensor:
         starts = torch.randint(0, ids.numel() - window - 1, (batch_size,), generator=gen)
-        x = torch.stack([ids[s : s + window + 1] for s in starts.tolist()])
+        x = torch.stack([ids[s : s + window + 1] for s in starts.tolist()])  # (B, window + 1)
+        x = x.to(_device_of(model))
         logits = model(x[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
 
@@ -187,7 +213,7 @@ def perplexity(model: nn.Module, ids: torch.Tensor, window: int, max_windows: in
     total, count = 0.0, 0
     for i in range(0, n, 32):
         rows = [ids[j * window : j * window + window + 1] for j in range(i, min(n, i + 32))]
-        x = torch.stack(rows)
+        x = torch.stack(rows).to(_device_of(model))  # (b, window + 1)
         logits = model(x[:, :-1])
         total += float(F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten(), reduction="sum"))
         count += x[:, 1:].numel()

@@ -1,38 +1,34 @@
-"""One adapter per model family; :func:`adapter_for` picks one by ``model_type``."""
+"""The :class:`Adapter` of an opened model, found by discovery (:func:`adapter_for`)."""
 
 from __future__ import annotations
 
-from headlab.errors import UnsupportedModelError
-from headlab.models.adapters.base import Adapter, LayerHandles
-from headlab.models.adapters.bert import BertAdapter
-from headlab.models.adapters.distilbert import DistilBertAdapter
-from headlab.models.adapters.gpt2 import GPT2Adapter
-from headlab.models.adapters.gpt_neox import GPTNeoXAdapter
-from headlab.models.adapters.llama import LlamaAdapter
+from typing import Any
 
-ADAPTERS: tuple[Adapter, ...] = (
-    BertAdapter(),
-    DistilBertAdapter(),
-    GPT2Adapter(),
-    LlamaAdapter(),
-    GPTNeoXAdapter(),
-)
+import torch
+
+from headlab.models.adapters.base import Adapter
+from headlab.models.discovery import LayerHandles, discover, dummy_inputs
 
 
-def supported_model_types() -> list[str]:
-    """Every ``model_type`` headlab can open."""
-    return sorted(t for a in ADAPTERS for t in a.model_types)
+def adapter_for(model: Any, inputs: dict[str, torch.Tensor] | None = None) -> Adapter:
+    """Discover the attention layers of ``model`` (already switched to headlab's attention
+    function) with one short traced forward pass.
 
-
-def adapter_for(model_type: str) -> Adapter:
-    """The adapter serving ``model_type``."""
-    for adapter in ADAPTERS:
-        if model_type in adapter.model_types:
-            return adapter
-    raise UnsupportedModelError(
-        f"no headlab adapter for model_type {model_type!r}; supported: "
-        f"{', '.join(supported_model_types())}"
+    Raises:
+        UnsupportedModelError: the model's attention does not reach transformers' attention
+            interface, or a layer's output projection cannot be found (one line, naming what
+            was looked for).
+    """
+    config = model.config
+    family = str(getattr(config, "model_type", None) or "unknown")
+    inputs = dummy_inputs(model) if inputs is None else inputs
+    handles = discover(model, inputs)
+    counts = [h.counts for h in handles]
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    causal = not encoder_decoder and all(
+        bool(getattr(h.attention, "is_causal", False)) for h in handles
     )
+    return Adapter(model, family, handles, counts, causal)
 
 
-__all__ = ["ADAPTERS", "Adapter", "LayerHandles", "adapter_for", "supported_model_types"]
+__all__ = ["Adapter", "LayerHandles", "adapter_for"]

@@ -1,71 +1,218 @@
-"""What an adapter tells headlab about one model family.
+"""What headlab knows about one opened model's attention, found by discovery.
 
-Shared code never asks which architecture it is looking at: it asks the adapter for the layers'
-attention modules (the modules that call Hugging Face's attention interface) and their output
-projections (whose input is the concatenation of the head outputs).
+Shared code never asks which architecture it is looking at: it asks the :class:`Adapter` for the
+layers' attention modules (the modules that call transformers' attention interface), their
+output projections (whose input is the concatenation of the head outputs) and their
+query/key/value projections, all found by :func:`headlab.models.discovery.discover`. Physical
+pruning rewrites those projections whatever the family; :data:`OVERRIDES` lists the few facts
+discovery cannot see, each with its reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
 from typing import Any
 
 import torch
 from torch import nn
 
-from headlab.errors import UnsupportedModelError
+from headlab.attention.surgery import head_rows, linear_columns, linear_rows
+from headlab.errors import PruningError
+from headlab.models.discovery import LayerHandles, is_conv1d
+
+#: int attributes of an attention module that count its query heads, its KV heads, the KV
+#: groups, or measure its concatenated query/KV width: pruning updates them
+_HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head", "num_q_heads")
+_KV_ATTRS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "n_head_kv")
+_WIDTH_ATTRS = ("all_head_size", "split_size", "inner_dim", "embed_dim", "q_size", "hidden_size_q")
+_KV_WIDTH_ATTRS = ("kv_dim", "kv_size")
+#: config keys a module may read its head counts from during the forward pass (Phi-3)
+_CONFIG_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
+_CONFIG_KV_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads")
 
 
-@dataclass(frozen=True, kw_only=True)
-class LayerHandles:
-    """The two modules of one layer that headlab hooks.
+def _rows(module: Any, rows: torch.Tensor) -> nn.Module:
+    """``module`` keeping only output features ``rows`` (Linear or Conv1D)."""
+    if not is_conv1d(module):
+        return linear_rows(module, rows)
+    new: Any = copy.deepcopy(module)
+    with torch.no_grad():
+        new.weight = nn.Parameter(module.weight[:, rows.to(module.weight.device)].clone())
+        new.bias = nn.Parameter(module.bias[rows.to(module.bias.device)].clone())
+    new.nf = rows.numel()
+    return new
 
-    Attributes:
-        attention: the module passed as ``module`` to the attention function.
-        out_proj: the output projection; its input ``(B, T, H*D)`` is the concatenated heads.
-    """
 
-    attention: nn.Module
-    out_proj: nn.Module
+def _columns(module: Any, cols: torch.Tensor) -> nn.Module:
+    """``module`` reading only input features ``cols`` (Linear or Conv1D)."""
+    if not is_conv1d(module):
+        return linear_columns(module, cols)
+    new: Any = copy.deepcopy(module)
+    with torch.no_grad():
+        new.weight = nn.Parameter(module.weight[cols.to(module.weight.device)].clone())
+    return new
 
 
 class Adapter:
-    """Base class of the per-family adapters. Subclasses set the class attributes and paths."""
+    """One opened model's attention layers and how to rewrite them.
 
-    #: short family name shown to users
-    family: str = ""
-    #: Hugging Face ``model_type`` values this adapter serves
-    model_types: tuple[str, ...] = ()
-    #: whether the family is a causal (decoder-only) language model
-    causal: bool = False
+    Attributes:
+        family: the config's ``model_type``.
+        model_types: ``(family,)``.
+        causal: a decoder-only model whose self-attention is causal.
+        handles: every attention layer (:class:`LayerHandles`), in forward order.
+        head_counts: ``(H, Hkv, D)`` of every layer as the interface saw them.
+    """
 
-    def layers(self, base_model: Any) -> list[LayerHandles]:
-        """Handles of every layer, in order, from the family's base model."""
-        raise NotImplementedError
+    def __init__(
+        self,
+        model: Any,
+        family: str,
+        handles: list[LayerHandles],
+        head_counts: list[tuple[int, int, int]],
+        causal: bool,
+    ) -> None:
+        self.model = model
+        self.family = family
+        self.model_types: tuple[str, ...] = (family,)
+        self.handles = handles
+        self.head_counts = head_counts
+        self.causal = causal
+        self._paths = dict(model.named_modules())  # as discovered, before any pruning
+
+    def layers(self, base_model: Any = None) -> list[LayerHandles]:
+        """Handles of every layer, in order."""
+        return list(self.handles)
 
     def reserved_positions(self, config: Any) -> int:
-        """Position slots the family uses for something other than tokens (0 for most)."""
+        """Position slots used for something other than tokens: RoBERTa-style embeddings number
+        positions from ``padding_idx + 1`` (read off the position embedding itself)."""
+        for name, module in self.model.named_modules():
+            if name.endswith("position_embeddings") and isinstance(module, nn.Embedding):
+                return 0 if module.padding_idx is None else int(module.padding_idx) + 1
         return 0
+
+    # ------------------------------------------------------------------ pruning
+    def prunable(self, layer: int) -> str | None:
+        """Why layer ``layer`` cannot be pruned physically, or None."""
+        h = self.handles[layer]
+        if h.qkv is None:
+            return (
+                f"physical pruning of {type(h.attention).__name__} needs its query/key/value "
+                "projections, which discovery could not tell apart"
+            )
+        cls = type(h.attention).__name__
+        if h.kind != "self":
+            return (
+                f"physical pruning of {cls} ({h.kind} attention) is not supported: headlab's "
+                "pruned folders record head counts for one stack of layers, not an encoder-decoder"
+            )
+        n_heads, n_kv, d = self.head_counts[layer]
+        own = {id(p) for m in (h.qkv.q, h.qkv.k, h.qkv.v, h.out_proj) for p in m.parameters()}
+        for name, p in h.attention.named_parameters():
+            qk = name.split(".")[0].lower().startswith(("q", "k"))  # q_norm, k_layernorm...
+            if qk and id(p) not in own and p.numel() in (n_heads * d, n_kv * d) and d > 1:
+                return (
+                    f"physical pruning of {cls} is not supported: {name} normalises all heads' "
+                    "queries or keys together, so removing a head changes the others"
+                )
+        shared = [i for i, o in enumerate(self.handles) if o.attention is h.attention]
+        if len(shared) > 1:
+            return (
+                f"{type(h.attention).__name__} is one module shared by layers {shared}: "
+                "its heads cannot be pruned per layer"
+            )
+        return None
+
+    def _replace(self, old: nn.Module, new: nn.Module) -> None:
+        for _, parent in self.model.named_modules():
+            for attr, child in list(parent.named_children()):
+                if child is old:
+                    setattr(parent, attr, new)
 
     def prune_layer(
         self, base_model: Any, layer: int, keep: list[int], keep_kv: list[int], head_dim: int
     ) -> None:
         """Rewrite layer ``layer`` in place so that only query heads ``keep`` and KV heads
         ``keep_kv`` remain (indices into the layer's current heads, already validated)."""
-        raise UnsupportedModelError(f"physical pruning is not implemented for {self.family} models")
+        reason = self.prunable(layer)
+        if reason:
+            raise PruningError(reason)
+        h = self.handles[layer]
+        qkv = h.qkv
+        assert qkv is not None  # prunable() checked
+        n_heads, n_kv, d = self.head_counts[layer]
+        q_rows, kv_rows = head_rows(keep, d), head_rows(keep_kv, d)
+        if qkv.layout == "separate":
+            self._replace(qkv.q, _rows(qkv.q, q_rows))
+            self._replace(qkv.k, _rows(qkv.k, kv_rows))
+            self._replace(qkv.v, _rows(qkv.v, kv_rows))
+        elif qkv.layout == "fused":
+            rows = torch.cat([q_rows, kv_rows + n_heads * d, kv_rows + (n_heads + n_kv) * d])
+            self._replace(qkv.q, _rows(qkv.q, rows))
+        else:  # interleaved [q k v] per head
+            self._replace(qkv.q, _rows(qkv.q, head_rows(keep, d, stride=3 * d)))
+        self._replace(h.out_proj, _columns(h.out_proj, q_rows))
+        new_h, new_kv = len(keep), len(keep_kv)
+        attention = h.attention
+        for attr, value in list(vars(attention).items()):
+            if isinstance(value, bool) or not isinstance(value, int):
+                continue
+            if attr in _KV_ATTRS and value == n_kv:
+                setattr(attention, attr, new_kv)
+            elif attr in _HEAD_ATTRS and value == n_heads:
+                setattr(attention, attr, new_h)
+            elif attr == "num_key_value_groups":
+                setattr(attention, attr, new_h // new_kv)
+            elif attr in _WIDTH_ATTRS and value == n_heads * d:
+                setattr(attention, attr, new_h * d)
+            elif attr in _KV_WIDTH_ATTRS and value == n_kv * d:
+                setattr(attention, attr, new_kv * d)
+        config = getattr(attention, "config", None)
+        if config is not None and hasattr(config, "to_dict"):
+            # a module reading its head counts from the config in forward (Phi-3) gets its own
+            own = copy.copy(config)
+            for key in _CONFIG_HEAD_KEYS:
+                if getattr(own, key, None) == n_heads:
+                    setattr(own, key, new_h)
+            for key in _CONFIG_KV_KEYS:
+                if getattr(own, key, None) == n_kv:
+                    setattr(own, key, new_kv)
+            attention.config = own
+        self.head_counts[layer] = (new_h, new_kv, d)
+        self.handles[layer] = self._rediscovered(h)
+
+    def _rediscovered(self, h: LayerHandles) -> LayerHandles:
+        """``h`` pointing at the modules now at its projections' paths."""
+        import dataclasses
+
+        modules = dict(self.model.named_modules())
+        paths = {id(m): p for p, m in self._paths.items()}
+
+        def now(m: nn.Module) -> nn.Module:
+            return modules.get(paths.get(id(m), ""), m)
+
+        qkv = h.qkv
+        if qkv is not None:
+            qkv = dataclasses.replace(qkv, q=now(qkv.q), k=now(qkv.k), v=now(qkv.v))
+        return dataclasses.replace(h, out_proj=now(h.out_proj), qkv=qkv)
 
     def native_config(
         self, config: dict[str, Any], heads: list[int], kv_heads: list[int], head_dim: int
     ) -> dict[str, Any] | None:
-        """The family's own config for a pruned model, when it can express one (else None)."""
-        return None
+        """The family's own config keys for a pruned model, when transformers builds exactly
+        the pruned shapes from them (checked by building the model on the meta device), else
+        None. One head count for every layer."""
+        from headlab.models.native import native_config
+
+        return native_config(self, config, heads, kv_heads, head_dim)
 
     def out_proj_weight(self, out_proj: nn.Module) -> torch.Tensor:
-        """The output projection as an ``(E, H*D)`` matrix (``y = W x + b``)."""
+        """The output projection as an ``(E, H*D)`` matrix (``y = W x + b``; a view)."""
         weight = out_proj.weight
         if not isinstance(weight, torch.Tensor):
             raise TypeError("output projection has no weight tensor")
-        return weight
+        return weight.t() if is_conv1d(out_proj) else weight
 
     def out_proj_bias(self, out_proj: nn.Module) -> torch.Tensor | None:
         """The output projection's bias ``(E,)``, if any."""

@@ -29,6 +29,15 @@
   function fmt(v, digits) {
     return v === null || v === undefined ? "\u2013" : Number(v).toFixed(digits === undefined ? 3 : digits);
   }
+  // a share in % with its 95% interval: "57.5 [55.3-59.7]"
+  function pct(v, interval) {
+    if (v === null || v === undefined) return "\u2013";
+    return fmt(100 * v, 1) + (interval && interval[0] !== null
+      ? " [" + fmt(100 * interval[0], 1) + "\u2013" + fmt(100 * interval[1], 1) + "]" : "");
+  }
+  function sci(v) {
+    return v === null || v === undefined ? "\u2013" : Number(v).toPrecision(2);
+  }
   // heads of each layer: fewer in some layers of a model pruned layer by layer
   const layerHeads = roles.heads_in_layer || Array(roles.layers).fill(roles.heads_per_layer);
   const firstHead = layerHeads.map((n, l) => layerHeads.slice(0, l).reduce((a, b) => a + b, 0));
@@ -56,8 +65,12 @@
     data.layers + " layers \u00d7 " + (roles.heads_in_layer && new Set(layerHeads).size > 1
       ? "[" + layerHeads.join(", ") + "] heads (pruned layer by layer)" : data.heads + " heads") +
     ". Heads per dominant role: " + counts +
-    ". Roles are tendencies: stability is the share of " + roles.replicates +
-    " bootstrap resamples that give a head the same role.";
+    (roles.folds
+      ? ". Stability is the share of " + roles.folds + " folds of documents that give a head " +
+        "its role; " + (roles.unstable || 0) + " heads below " +
+        fmt(100 * roles.thresholds.stable, 0) + "% are shown unclassified."
+      : ". Roles are tendencies: stability is the share of " + roles.replicates +
+        " bootstrap resamples that give a head the same role.");
 
   // ---------------------------------------------------------------- grid
   const legend = document.getElementById("legend");
@@ -122,6 +135,19 @@
     box.appendChild(el("p", {}, "score " + fmt(info.score) + ", baseline " + fmt(info.baseline) +
       ", margin " + fmt(info.margin) + ", stability " + fmt(info.stability, 2) +
       (info.roles.length > 1 ? "; also clears the bar for: " + info.roles.slice(1).join(", ") : "")));
+    const ev = info.evidence;
+    if (ev && ev.interval) {
+      box.appendChild(el("p", {}, "Decided by " + (ev.relation
+        ? ev.relation + " " + ev.direction.replaceAll("_", " ") : "coreference (GAP)") + ": " +
+        pct(ev.accuracy, ev.interval) + "% against the baseline's " +
+        pct(ev.baseline, ev.baseline_interval) + "% on " + ev.count +
+        (ev.relation ? " arcs" : " pronouns") + "; exact McNemar p = " + sci(ev.p) +
+        ", Benjamini-Hochberg q = " + sci(ev.q) + " (95% Wilson intervals)."));
+    }
+    if (info.stable === false) {
+      box.appendChild(el("p", { class: "muted" }, "Measured role on all the data: " +
+        info.measured_role + "; not replicated in enough folds, so shown unclassified."));
+    }
     const rows = Object.entries(info.scores).map(([k, v]) => [k, fmt(v)]);
     box.appendChild(table(["score", "value"], rows));
     box.appendChild(el("p", { class: "muted" }, "Strongest word-to-word link of this head in each example:"));
@@ -273,19 +299,25 @@
   }
 
   // ---------------------------------------------------------------- tables
-  const core = ["nsubj", "obj", "iobj", "amod", "det", "case", "advmod", "aux", "mark", "compound",
-    "nmod", "obl", "conj", "cc", "ccomp", "xcomp", "acl", "nummod", "cop", "nmod:poss"];
-  const rel = roles.relations.filter((r) => core.includes(r.relation))
-    .sort((a, b) => core.indexOf(a.relation) - core.indexOf(b.relation));
+  // the a-priori relation set first, in its order; the others (marked *) after, when frequent
+  const set = roles.relation_set || [];
+  const minArcs = roles.thresholds.min_relation_count || 0;
+  const rank = (r) => (set.includes(r.relation) ? set.indexOf(r.relation) : set.length);
+  const rel = roles.relations.filter((r) => r.in_set !== false || r.count >= minArcs)
+    .sort((a, b) => rank(a) - rank(b) || a.relation.localeCompare(b.relation));
   document.getElementById("relations").appendChild(table(
-    ["relation", "direction", "best head", "accuracy %", "fixed-offset baseline %", "arcs"],
-    rel.map((r) => [r.relation, r.direction.replaceAll("_", " "), r.layer + "." + r.head,
-      fmt(100 * r.accuracy, 1), fmt(100 * r.baseline, 1) + " (" + (r.baseline_offset > 0 ? "+" : "") + r.baseline_offset + ")", r.count])));
+    ["relation", "direction", "best head", "accuracy % [95% CI]", "fixed-offset baseline %",
+      "arcs", "q (BH)"],
+    rel.map((r) => [r.relation + (r.in_set === false ? " *" : ""), r.direction.replaceAll("_", " "),
+      r.layer + "." + r.head, pct(r.accuracy, r.interval),
+      pct(r.baseline, r.baseline_interval) + " (" + (r.baseline_offset > 0 ? "+" : "") + r.baseline_offset + ")",
+      r.count, sci(r.q)])));
   const c = roles.coreference;
   document.getElementById("coref").textContent = c
-    ? "Best head " + c.layer + "." + c.head + ": " + fmt(100 * c.accuracy, 1) + "% of " + c.count +
+    ? "Best head " + c.layer + "." + c.head + ": " + pct(c.accuracy, c.interval) + "% of " + c.count +
       " GAP pronouns attend more to the right name; baselines " +
-      Object.entries(c.baselines).map(([k, v]) => k + " " + fmt(100 * v, 1) + "%").join(", ") + "."
+      Object.entries(c.baselines).map(([k, v]) => k + " " + fmt(100 * v, 1) + "%").join(", ") +
+      (c.q === null || c.q === undefined ? "." : "; against " + c.baseline + ", q = " + sci(c.q) + ".")
     : "No coreference data in this run.";
   const sp = data.spec;
   document.getElementById("spec").appendChild(table(["quantity", "value"], [
@@ -306,12 +338,48 @@
     pr.appendChild(el("p", { class: "muted" }, "Not measured in this run (headlab report --prune adds it)."));
   }
   const ex = document.getElementById("experiment");
-  if (data.experiment && data.experiment.summary) {
-    ex.appendChild(table(["task", "heads", "metric", "mean", "spread"],
-      data.experiment.summary.map((r) => [r.task, r.n_heads, r.metric, fmt(r.mean, 3), fmt(r.std, 3)])));
+  const exps = (data.experiments || (data.experiment ? [data.experiment] : [])).filter((e) => e && e.summary);
+  if (exps.length) {
+    const rows = [];
+    exps.forEach((e) => e.summary.forEach((r) => rows.push([e.setting || "small", r.task, r.n_heads,
+      r.metric, fmt(r.mean, 3), fmt(r.std, 3), r.seeds])));
+    ex.appendChild(table(["setting", "task", "heads", "metric", "mean", "spread (sd)", "seeds"], rows));
   } else {
     ex.appendChild(el("p", { class: "muted" }, "Not measured in this run (headlab report --experiment FILE.json adds it)."));
   }
+
+  const co = document.getElementById("cost");
+  if (data.cost && data.cost.rows) {
+    co.appendChild(el("p", {}, "Width " + data.cost.options.width + ", on " + data.cost.device +
+      "; times are medians of alternating blocks (" + data.cost.timing_method + ")."));
+    co.appendChild(table(["tokens", "heads \u00d7 width", "parameters", "FLOPs (spec)", "fused forward ms",
+      "loop over heads / fused", "H\u00d7T\u00d7T weights bytes", "max |loop \u2212 fused|"],
+      data.cost.rows.map((r) => [r.length, r.heads + " \u00d7 " + r.head_dim, r.params.headlab, r.spec_flops,
+        fmt(1000 * r.forward_s.fused, 2), fmt(r.ratios.loop_vs_fused, 2) + "\u00d7", r.weights_bytes,
+        r.loop_max_abs_diff == null ? "\u2013" : r.loop_max_abs_diff.toExponential(1)])));
+  } else {
+    co.appendChild(el("p", { class: "muted" }, "Not measured in this run (headlab report --full, or --cost FILE.json)."));
+  }
+
+  // ---------------------------------------------------------------- the ledger
+  const ledger = document.getElementById("ledger");
+  const lt = el("table", { class: "data ledger" });
+  const head = el("tr");
+  ["claim", "measured", "verdict", "details"].forEach((h) => head.appendChild(el("th", {}, h)));
+  lt.appendChild(head);
+  (data.ledger || []).forEach((r) => {
+    const tr = el("tr");
+    tr.appendChild(el("td", {}, r.claim));
+    tr.appendChild(el("td", {}, r.figure || "\u2013"));
+    const v = el("td", { class: "verdict", title: "rule: " + r.rule }, r.verdict);
+    v.setAttribute("data-verdict", r.verdict);
+    tr.appendChild(v);
+    const link = el("td");
+    link.appendChild(el("a", { href: "#" + r.section }, "details"));
+    tr.appendChild(link);
+    lt.appendChild(tr);
+  });
+  ledger.appendChild(lt);
 
   // ---------------------------------------------------------------- start on the lesson
   state.word = data.focus.index;

@@ -1,0 +1,173 @@
+"""Do head roles replicate on other sentences? (issue 23)
+
+Roles are assigned twice with the same model and rules: on UD EWT dev + GAP development (run A,
+also the 3-minute timing target) and on UD EWT train + GAP validation (run B). Figures:
+
+- of the heads that run A's fold agreement calls stable, the share whose role run B's data gives
+  too (and the same from B to A); beside it, the same share for the heads the bootstrap calls
+  stable (at least 0.8 of the resamples), the stability of the first version;
+- for relation x direction rows with at least 300 arcs in both runs, the share whose best head's
+  dev accuracy lies inside the train run's 95% Wilson interval of its best head;
+- the coreference head and its accuracy in both runs;
+- run A's wall time (target: under 3 minutes), and, in the same process, the cost of the folds
+  and tests: the same 500 dev sentences with and without ``--reliability 5``.
+
+Train is capped (``--train-sentences``, default 4000 of 12,544) to keep the run short on a shared
+2-core machine, in whole documents spread evenly over the file (every k-th document: the file is
+ordered by genre); thresholds are the library's defaults, not tuned to either split.
+
+    python benchmarks/replication.py [--train-sentences N] [--out replication.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def run(lm: Any, treebank: Path, gap: Path, limit: int | None, folds: int) -> tuple[Any, float]:
+    from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
+    from headlab.roles import RoleOptions, measure_roles
+
+    t0 = time.perf_counter()
+    data = read_treebank(treebank)
+    if limit is not None and len(data.sentences) > limit:
+        data = replace(data, sentences=spread(data.sentences, limit))
+    report = measure_roles(
+        lm,
+        data,
+        gap=read_gap(gap),
+        frequencies=read_frequencies(sample_path("frequencies")),
+        options=RoleOptions(replicates=100, reliability=folds),
+    )
+    return report, time.perf_counter() - t0
+
+
+def spread(sentences: list[Any], limit: int) -> list[Any]:
+    """About ``limit`` sentences in whole documents taken evenly across the file: EWT train is
+    ordered by genre (its first 4,000 sentences are all email and weblog), so its head is not a
+    sample of it."""
+    docs: dict[str, list[Any]] = {}
+    for s in sentences:
+        docs.setdefault(s.doc_id, []).append(s)
+    step = math.ceil(len(sentences) / limit)
+    return [s for i, group in enumerate(docs.values()) if i % step == 0 for s in group]
+
+
+def keep(a: Any, b: Any, which: str) -> dict[str, Any]:
+    """Heads ``a`` calls stable (``which``: folds or bootstrap) whose role ``b``'s data gives."""
+    stable = [
+        h
+        for h in a.heads
+        if (h.stable if which == "folds" else (h.bootstrap_stability or 0.0) >= 0.8)
+    ]
+    same = [h for h in stable if b.head(h.layer, h.head).measured_role == h.measured_role]
+    return {"stable": len(stable), "kept": len(same), "share": len(same) / max(1, len(stable))}
+
+
+def relation_check(dev: Any, train: Any, min_arcs: int = 300) -> dict[str, Any]:
+    rows_t = {(r.relation, r.direction): r for r in train.relations}
+    rows = []
+    for r in dev.relations:
+        t = rows_t.get((r.relation, r.direction))
+        if t is None or min(r.count, t.count) < min_arcs:
+            continue
+        low, high = t.interval
+        rows.append(
+            {
+                "relation": r.relation,
+                "direction": r.direction,
+                "dev_head": f"{r.layer}.{r.head}",
+                "dev_accuracy": r.accuracy,
+                "train_head": f"{t.layer}.{t.head}",
+                "train_interval": [low, high],
+                "inside": low <= r.accuracy <= high,
+                "train_inside_dev_interval": r.interval[0] <= t.accuracy <= r.interval[1],
+            }
+        )
+    inside = sum(x["inside"] for x in rows)
+    return {"rows": rows, "inside": inside, "share": inside / max(1, len(rows))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train-sentences", type=int, default=4000)
+    parser.add_argument("--out", type=Path, default=Path("replication.json"))
+    args = parser.parse_args()
+    import torch
+
+    from headlab.models import load
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    lm = load()
+    ud, gap = DATA / "ud-ewt", DATA / "gap"
+    small_plain = run(lm, ud / "en_ewt-ud-dev.conllu", gap / "gap-development.tsv", 500, 0)[1]
+    small_folds = run(lm, ud / "en_ewt-ud-dev.conllu", gap / "gap-development.tsv", 500, 5)[1]
+    a, seconds_a = run(lm, ud / "en_ewt-ud-dev.conllu", gap / "gap-development.tsv", None, 5)
+    b, seconds_b = run(
+        lm, ud / "en_ewt-ud-train.conllu", gap / "gap-validation.tsv", args.train_sentences, 5
+    )
+    out = {
+        "load_average": os.getloadavg(),
+        "seconds": {
+            "A: dev + GAP development, 5 folds": round(seconds_a, 1),
+            "B: train + GAP validation, 5 folds": round(seconds_b, 1),
+            "500 dev + GAP development, no folds": round(small_plain, 1),
+            "500 dev + GAP development, 5 folds": round(small_folds, 1),
+        },
+        "data": {"A": a.data, "B": b.data},
+        "role_counts": {"A": a.role_counts(), "B": b.role_counts()},
+        "measured_role_counts": {
+            name: {
+                role: sum(1 for h in r.heads if h.measured_role == role) for role in a.role_counts()
+            }
+            for name, r in (("A", a), ("B", b))
+        },
+        "stable_keep_role": {
+            "A->B folds": keep(a, b, "folds"),
+            "B->A folds": keep(b, a, "folds"),
+            "A->B bootstrap": keep(a, b, "bootstrap"),
+            "B->A bootstrap": keep(b, a, "bootstrap"),
+        },
+        "relations_300": relation_check(a, b),
+        "coreference": {
+            name: None if r.coreference is None else vars(r.coreference)
+            for name, r in (("A", a), ("B", b))
+        },
+        "heads": {
+            name: [
+                {
+                    "head": f"{h.layer}.{h.head}",
+                    "measured_role": h.measured_role,
+                    "stable": h.stable,
+                    "fold_agreement": h.fold_agreement,
+                    "bootstrap_stability": h.bootstrap_stability,
+                    "detail": h.detail,
+                }
+                for h in r.heads
+            ]
+            for name, r in (("A", a), ("B", b))
+        },
+        "named": {
+            name: [
+                {"head": f"{h.layer}.{h.head}", "role": h.role, "detail": h.detail}
+                for h in r.heads
+                if h.role in ("syntactic", "coreference")
+            ]
+            for name, r in (("A", a), ("B", b))
+        },
+    }
+    args.out.write_text(json.dumps(out, indent=1, default=str))
+    print(json.dumps({k: v for k, v in out.items() if k not in ("data",)}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

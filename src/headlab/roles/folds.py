@@ -1,0 +1,57 @@
+"""Folds of documents, for roles that must replicate on other sentences.
+
+``headlab roles --reliability K`` assigns roles on each of ``K`` disjoint folds and reports how
+often each head's role agrees. A fold holds whole documents (UD's ``# newdoc id`` or ``sent_id``
+prefix, GAP's source page): sentences of one document share topic, style and words, so splitting a
+document would let a fold see near-copies of another's sentences and make roles look more
+reliable than they are on new text. Documents go to folds largest first, each to the fold with
+the fewest items so far (ties: the lowest fold), so folds are balanced and the split depends on
+the data alone, not on a seed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from headlab.errors import InputError
+
+
+def assign_folds(documents: Sequence[str], k: int) -> list[int]:
+    """The fold (``0..k-1``) of each item, given each item's document id.
+
+    Raises:
+        InputError: ``k`` below 2, or fewer documents than folds.
+    """
+    if k < 2:
+        raise InputError(f"reliability needs at least 2 folds, got {k}")
+    sizes = Counter(documents)
+    if len(sizes) < k:
+        raise InputError(
+            f"{k} folds need at least {k} documents; the data has {len(sizes)} "
+            "(documents come from '# newdoc id' / sent_id prefixes, or GAP's URL column)"
+        )
+    load = [0] * k
+    fold_of: dict[str, int] = {}
+    first_seen = {doc: i for i, doc in reversed(list(enumerate(documents)))}
+    for doc in sorted(sizes, key=lambda d: (-sizes[d], first_seen[d])):
+        fold = min(range(k), key=lambda f: (load[f], f))
+        fold_of[doc] = fold
+        load[fold] += sizes[doc]
+    return [fold_of[d] for d in documents]
+
+
+#: folds of ``headlab roles`` and ``headlab report`` when ``--reliability`` is not given
+DEFAULT_FOLDS = 5
+
+
+def default_reliability(treebank: Sequence[object], gap: Sequence[object] | None) -> int:
+    """:data:`DEFAULT_FOLDS` when every data set has that many documents, else 0 (no folds).
+
+    ``treebank``: :class:`~headlab.datasets.treebank.TreebankSentence` items; ``gap``:
+    :class:`~headlab.datasets.gap.GapExample` items or ``None``.
+    """
+    docs = len({getattr(s, "doc_id", "") or getattr(s, "sent_id", "") for s in treebank})
+    if gap is not None:
+        docs = min(docs, len({getattr(e, "source", "") or getattr(e, "id", "") for e in gap}))
+    return DEFAULT_FOLDS if docs >= DEFAULT_FOLDS else 0

@@ -1,0 +1,217 @@
+"""Roles that replicate: Wilson intervals, the exact McNemar test and the Benjamini-Hochberg
+correction against scipy, the arc-by-arc counts against NumPy loops, folds that never split a
+document, a planted effect that the corrected test finds and noise that it does not, and the
+JSON and CSV of ``headlab roles --reliability``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tests.models.tiny import build
+
+from headlab.cli import main
+from headlab.datasets import read_gap, read_treebank, sample_path
+from headlab.datasets.treebank import document_of
+from headlab.errors import InputError
+from headlab.roles import Thresholds
+from headlab.roles.bootstrap import Sums
+from headlab.roles.folds import assign_folds
+from headlab.roles.probes import syntactic
+from headlab.roles.scoring import syntactic_choice
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+def test_both_right_counts_match_a_loop_on_random_trees() -> None:
+    """``collect`` with the baseline's flags counts, per head and relation x direction, the arcs
+    where the head and the chosen offset are both right: checked arc by arc with NumPy loops."""
+    rng = np.random.default_rng(2)
+    n_batch, n_heads, n_words, n_rel = 6, 5, 12, 4
+    trees = []
+    for _ in range(n_batch):
+        heads = [-1] + [int(rng.integers(0, k)) for k in range(1, n_words)]  # a tree, root 0
+        perm = rng.permutation(n_words)  # scatter the words so arcs point both ways
+        inv = np.argsort(perm)
+        heads = [-1 if heads[inv[w]] < 0 else int(perm[heads[inv[w]]]) for w in range(n_words)]
+        rels = [-1 if h < 0 else int(rng.integers(0, n_rel)) for h in heads]
+        trees.append((heads, rels))
+    offsets = syntactic.best_offsets([t[0] for t in trees], [t[1] for t in trees], n_rel)
+    gold = torch.tensor([t[0] for t in trees])
+    rel = torch.tensor([[n_rel if r < 0 else r for r in t[1]] for t in trees])
+    to_head = torch.zeros(n_batch, n_words, dtype=torch.bool)
+    to_dep = torch.zeros(n_batch, n_words, n_rel + 1, dtype=torch.bool)
+    for b, (heads, rels) in enumerate(trees):
+        th, td = syntactic.baseline_flags(heads, rels, offsets)
+        to_head[b] = torch.tensor(th)
+        for w, rs in enumerate(td):
+            to_dep[b, w, sorted(rs)] = True
+    argmax = torch.from_numpy(rng.integers(0, n_words, (n_batch, n_heads, n_words)))
+    out = syntactic.collect(argmax, gold, rel, n_rel, to_head, to_dep)
+    hits, both = out[..., 0], out[..., 1]
+    offs = syntactic.OFFSETS
+    for b, (heads, rels) in enumerate(trees):
+        for h in range(n_heads):
+            ref_hits = np.zeros((n_rel, 2))
+            ref_both = np.zeros((n_rel, 2))
+            for d, (g, r) in enumerate(zip(heads, rels, strict=True)):
+                if g < 0:
+                    continue
+                right = argmax[b, h, d] == g
+                base = offs[int(offsets[r, 0])] == g - d
+                ref_hits[r, 0] += right
+                ref_both[r, 0] += right and base
+            for q in range(n_words):
+                for r in range(n_rel):
+                    deps = [d for d in range(n_words) if heads[d] == q and rels[d] == r]
+                    if not deps:
+                        continue
+                    t = int(argmax[b, h, q])
+                    right = heads[t] == q and rels[t] == r
+                    base = (q + offs[int(offsets[r, 1])]) in deps
+                    ref_hits[r, 1] += right
+                    ref_both[r, 1] += right and base
+            np.testing.assert_array_equal(hits[b, h].numpy(), ref_hits)
+            np.testing.assert_array_equal(both[b, h].numpy(), ref_both)
+
+
+def test_folds_never_split_a_document_and_are_balanced() -> None:
+    data = read_treebank(sample_path("treebank"))
+    docs = [s.doc_id for s in data.sentences]
+    assert all(d and s.sent_id.startswith(d) for d, s in zip(docs, data.sentences, strict=True))
+    folds = assign_folds(docs, 5)
+    where: dict[str, set[int]] = {}
+    for d, f in zip(docs, folds, strict=True):
+        where.setdefault(d, set()).add(f)
+    assert all(len(fs) == 1 for fs in where.values())
+    sizes = Counter(folds)
+    assert set(sizes) == set(range(5))
+    assert max(sizes.values()) - min(sizes.values()) <= max(Counter(docs).values())
+    # GAP: one fold per source page
+    gap = read_gap(sample_path("gap"))
+    pages = [e.source for e in gap.examples]
+    assert all(p.startswith("http") for p in pages)
+    gfolds = assign_folds(pages, 3)
+    assert len({(p, f) for p, f in zip(pages, gfolds, strict=True)}) == len(set(pages))
+    assert document_of("answers-20111108-0042") == "answers-20111108"
+    with pytest.raises(InputError, match="at least 4 documents"):
+        assign_folds(["a", "a", "b"], 4)
+
+
+def test_fold_rows_are_the_folds_sums() -> None:
+    sums = Sums(6, 3, 0, folds=[0, 1, 0, 2, 1, 2], n_folds=3)
+    values = torch.arange(6, dtype=torch.float64)[:, None]
+    sums.add("x", list(range(6)), values)
+    x = sums.get("x")[:, 0]
+    assert x[0] == 15 and x[sums.fold_rows].tolist() == [2.0, 5.0, 8.0]
+    assert sums.replicates == 3 and x[sums.bootstrap_rows].numel() == 3
+
+
+def _planted(seed: int, n_heads: int = 24, n_rel: int = 24) -> tuple[dict, list[str]]:
+    """Synthetic arcs: head 0 tracks ``obj`` (right on 75% of arcs, against a baseline right on
+    40%); every other head is right on each arc with the baseline's own rate, independently of
+    it (noise). Relations have 100 to 250 arcs, like the split-dependent relations of issue 23."""
+    rng = np.random.default_rng(seed)
+    relations = list(syntactic.RELATION_SET[:n_rel])
+    counts = rng.integers(100, 250, size=(n_rel, 2))
+    rate = rng.uniform(0.2, 0.7, size=(n_rel, 2))
+    hits = np.zeros((1, 1, n_heads, n_rel, 2))
+    both = np.zeros_like(hits)
+    base_hits = np.zeros((1, n_rel, 2))
+    obj = relations.index("obj")
+    for r in range(n_rel):
+        for d in range(2):
+            n = counts[r, d]
+            p_base = 0.4 if r == obj else rate[r, d]
+            base = rng.uniform(size=n) < p_base
+            base_hits[0, r, d] = base.sum()
+            for h in range(n_heads):
+                p = 0.75 if (h == 0 and r == obj and d == 0) else p_base
+                right = rng.uniform(size=n) < p
+                hits[0, 0, h, r, d] = right.sum()
+                both[0, 0, h, r, d] = (right & base).sum()
+    t = {k: torch.from_numpy(v) for k, v in (("hits", hits), ("both", both))}
+    t["baseline_hits"] = torch.from_numpy(base_hits)
+    t["count"] = torch.from_numpy(counts[None].astype(np.float64))
+    t["accuracy"] = t["hits"] / t["count"][:, None, None]
+    t["baseline"] = t["baseline_hits"] / t["count"]
+    return t, relations
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planted_head_is_named_and_noise_heads_are_not(seed: int) -> None:
+    syn, relations = _planted(seed)
+    present = torch.ones(1, syn["hits"].shape[2], dtype=torch.bool)
+    choice = syntactic_choice(syn, relations, present, Thresholds())
+    named = choice["clears"][0, 0].nonzero().flatten().tolist()
+    assert named == [0]
+    assert relations[int(choice["best"][0, 0, 0]) // 2] == "obj"
+    assert float(choice["q"][0, 0, 0]) < 1e-3
+    # the test has teeth: the margin alone (the old rule) names noise heads on these counts
+    margin = syn["accuracy"] - syn["baseline"][:, None, None]
+    by_margin_alone = (margin[0, 0] >= 0.10).flatten(-2).any(-1)
+    assert int(by_margin_alone[1:].sum()) >= 3
+
+
+def test_relation_outside_the_set_never_decides() -> None:
+    syn, relations = _planted(0, n_heads=2, n_rel=3)
+    relations = ["punct" if r == "obj" else r for r in relations]  # same counts, not in the set
+    present = torch.ones(1, 2, dtype=torch.bool)
+    choice = syntactic_choice(syn, relations, present, Thresholds())
+    assert not bool(choice["clears"].any())
+    assert torch.isnan(syn["q"][0, 0, 0, relations.index("punct")]).all()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("bert", tmp_path_factory.mktemp("tiny") / "bert")
+
+
+def test_roles_reliability_json_and_csv(
+    tiny_bert: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["roles", "--model", str(tiny_bert), "--limit", "60", "--replicates", "3"]
+    assert main([*argv, "--reliability", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["folds"] == 3 and out["correction"] == "benjamini-hochberg"
+    assert out["relation_set"] == list(syntactic.RELATION_SET)
+    assert out["unstable"] == sum(1 for h in out["heads"] if h["stable"] is False)
+    for h in out["heads"]:
+        assert h["fold_agreement"] in (0.0, pytest.approx(1 / 3), pytest.approx(2 / 3), 1.0)
+        assert h["stability"] == h["fold_agreement"]
+        assert 0.0 <= h["bootstrap_stability"] <= 1.0
+        assert h["stable"] == (h["fold_agreement"] >= 0.8)
+        if not h["stable"]:
+            assert h["role"] == "unclassified"
+        else:
+            assert h["role"] == h["measured_role"]
+        if h["measured_role"] in ("syntactic", "coreference"):
+            ev = h["evidence"]
+            low, high = ev["interval"]
+            assert low <= ev["accuracy"] <= high and ev["q"] < 0.05 and ev["p"] <= ev["q"]
+    for r in out["relations"]:
+        low, high = r["interval"]
+        assert low <= r["accuracy"] <= high
+        assert r["in_set"] == (r["relation"] in syntactic.RELATION_SET)
+        assert 0.0 <= r["p"] <= 1.0
+        if not r["in_set"]:
+            assert r["q"] is None
+    c = out["coreference"]
+    assert c["interval"][0] <= c["accuracy"] <= c["interval"][1] and c["baseline"] in c["baselines"]
+    assert main([*argv, "--reliability", "3", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == len(out["heads"])
+    assert {"score_low", "score_high", "p", "q", "stable", "fold_agreement"} <= set(rows[0])
+    assert main([*argv, "--reliability", "3"]) == 0  # the terminal tables
+    text = capsys.readouterr().out
+    # accuracies print with their intervals, e.g. "57.5 [55.3-59.7]"
+    assert re.search(r"\d+\.\d \[\d+\.\d-\d+\.\d\]", text) and "folds" in text
+    assert main([*argv, "--reliability", "1"]) == 1
+    assert "at least 2 folds" in capsys.readouterr().err

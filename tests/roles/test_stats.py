@@ -1,0 +1,59 @@
+"""The statistics of role claims against scipy and NumPy loops: the exact McNemar test
+(``scipy.stats.binomtest``), the Benjamini-Hochberg correction
+(``scipy.stats.false_discovery_control`` and the textbook loop), Wilson intervals
+(``BinomTestResult.proportion_ci(method="wilson")``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from headlab.roles import stats
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+def test_mcnemar_exact_equals_scipy_binomtest() -> None:
+    rng = np.random.default_rng(0)
+    b = np.concatenate([rng.integers(0, 40, 300), rng.integers(0, 2000, 100), [0, 0, 5, 1000]])
+    c = np.concatenate([rng.integers(0, 40, 300), rng.integers(0, 2000, 100), [0, 7, 5, 1400]])
+    ours = stats.mcnemar_exact(b, c)
+    ref = [
+        scipy_stats.binomtest(int(x), int(x + y), 0.5).pvalue if x + y else 1.0
+        for x, y in zip(b, c, strict=True)
+    ]
+    # relative agreement where representable; both underflow to 0 together
+    np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-300)
+    assert ours.shape == b.shape and ours[0 if b[0] + c[0] else 1] <= 1.0
+
+
+def test_benjamini_hochberg_equals_scipy_and_a_loop() -> None:
+    rng = np.random.default_rng(1)
+    p = np.concatenate([rng.uniform(size=200), rng.uniform(0, 1e-4, 30), [0.0, 1.0, 0.03, 0.03]])
+    np.testing.assert_allclose(
+        stats.benjamini_hochberg(p), scipy_stats.false_discovery_control(p, method="bh")
+    )
+    # families: each row on its own, masked tests left out of the family's size
+    fam = rng.uniform(size=(3, 40))
+    valid = rng.uniform(size=(3, 40)) < 0.6
+    q = stats.benjamini_hochberg(fam, valid)
+    for row in range(3):
+        keep = fam[row, valid[row]]
+        m = keep.size
+        # the textbook definition, as a loop: q_i = min over j with p_j >= p_i of p_j m / rank_j
+        order = np.argsort(keep)
+        loop = np.empty(m)
+        for i in range(m):
+            loop[order[i]] = min(min(keep[order[j]] * m / (j + 1), 1.0) for j in range(i, m))
+        np.testing.assert_allclose(q[row, valid[row]], loop)
+        assert np.isnan(q[row, ~valid[row]]).all()
+
+
+def test_wilson_interval_equals_scipy() -> None:
+    for hits, n in ((0, 10), (10, 10), (57, 100), (1958, 2015), (3, 7)):
+        low, high = stats.wilson(hits, n)
+        ref = scipy_stats.binomtest(hits, n).proportion_ci(0.95, method="wilson")
+        assert float(low) == pytest.approx(ref.low, abs=1e-12)
+        assert float(high) == pytest.approx(ref.high, abs=1e-12)
+    low, high = stats.wilson(np.array([0.0]), np.array([0.0]))
+    assert np.isnan(low).all() and np.isnan(high).all()

@@ -1,0 +1,145 @@
+"""``headlab spec --plan roles``: the plan's numbers against a hand computation and against
+torch's own parameter counts; bad input is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from headlab.cli import main
+from headlab.errors import ConfigError
+from headlab.spec.plan import parameters, plan_memory
+
+#: a tiny BERT: E 32, 2 layers of 4 heads of 8, MLP 64, vocabulary 100, 16 positions
+BERT = {
+    "model_type": "bert",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "vocab_size": 100,
+    "max_position_embeddings": 16,
+    "type_vocab_size": 2,
+}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+    "vocab_size": 100,
+    "max_position_embeddings": 64,
+}
+
+
+def test_plan_of_a_tiny_bert_by_hand() -> None:
+    plan = plan_memory(BERT, context=8, batch=2, block_elements=64)
+    # parameters: word, position and type embeddings and their LayerNorm; per layer q, k, v, o
+    # with biases, the MLP's two matrices with biases, two LayerNorms; the pooler
+    per_layer = 4 * (32 * 32 + 32) + (32 * 64 + 64) + (64 * 32 + 32) + 2 * 2 * 32
+    n_params = 100 * 32 + 16 * 32 + 2 * 32 + 2 * 32 + 2 * per_layer + (32 * 32 + 32)
+    assert plan.parameters == n_params
+    assert plan.weights == 4 * n_params
+    n = 2 * 8  # tokens
+    # attention: residual + input (2 E), q, k, v, the engine's keys, values and output (6 E,
+    # no GQA) per token, float32; a block of max(64, B H T = 64) weights: scores, weights and
+    # the softmax's temporary; no rotary, no causal mask
+    attention = n * (2 * 32 + 6 * 32) * 4 + 3 * 64 * 4
+    mlp = n * (2 * 32 + 2 * 64) * 4  # residual + input, the MLP's two activations
+    assert plan.streaming == {
+        "layer (attention or MLP, the larger)": max(attention, mlp),
+        "word geometry": 3 * 2 * 8 * 8 * 4,  # to_words, from_words, owners: B T W floats
+        "probe columns and argmax scratch": (2 * 8 * 3 + 64) * 4,
+    }
+    assert plan.eager == {
+        "patterns of every layer": 2 * (2 * 4 * 8 * 8) * 4,
+        "one layer's scores during its softmax": 2 * 4 * 8 * 8 * 4,
+        "layer (attention or MLP, the larger)": max(n * (2 * 32 + 4 * 32) * 4, mlp),
+    }
+    assert plan.streaming_peak == sum(plan.streaming.values())
+    half = plan_memory(BERT, context=8, batch=2, block_elements=64, dtype="bf16")
+    assert half.weights == plan.weights // 2
+    assert half.eager["patterns of every layer"] == plan.eager["patterns of every layer"] // 2
+
+
+def test_a_long_row_is_one_block() -> None:
+    """A block holds at least one query row of every head and sequence: B H T weights."""
+    small = plan_memory(LLAMA, context=64, batch=4, block_elements=1)
+    big = plan_memory(LLAMA, context=64, batch=4, block_elements=4 * 4 * 64)
+    assert small.streaming == big.streaming
+
+
+@pytest.mark.parametrize("config", [BERT, LLAMA], ids=["bert", "llama"])
+def test_parameters_match_torch(config: dict[str, object]) -> None:
+    from transformers import AutoConfig, AutoModel
+
+    from headlab.spec.layout import layout_from_config
+
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    model = AutoModel.from_config(AutoConfig.for_model(str(config["model_type"]), **fields))
+    expected = sum(p.numel() for p in model.parameters())
+    assert parameters(config, layout_from_config(config)) == expected
+
+
+def test_gpt2_parameters_match_torch() -> None:
+    from transformers import AutoConfig, AutoModel
+
+    from headlab.spec.layout import layout_from_config
+
+    config = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 16}
+    config |= {"vocab_size": 100}
+    fields = {k: v for k, v in config.items() if k != "model_type"}
+    model = AutoModel.from_config(AutoConfig.for_model("gpt2", **fields))
+    expected = sum(p.numel() for p in model.parameters())
+    assert parameters(config, layout_from_config(config)) == expected
+
+
+def test_the_command_prints_the_plan_without_torch(tmp_path) -> None:
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(BERT))
+    code = (
+        "import sys; from headlab.cli import main; "
+        f"rc = main(['spec', {str(folder)!r}, '--plan', 'roles', '--context', '8', "
+        "'--batch', '2', '--json']); print('torch' in sys.modules, file=sys.stderr); "
+        "sys.exit(rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "False"
+    data = json.loads(done.stdout)
+    plan = plan_memory(BERT, context=8, batch=2)
+    assert data["roles_streaming"]["peak_bytes"] == plan.streaming_peak
+    assert data["eager_capture"]["peak_bytes"] == plan.eager_peak
+    assert data["roles_total_bytes"] == plan.weights + plan.streaming_peak
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--plan", "roles"], "--plan needs --context T"),
+        (["Llama-3.1-8B", "--plan", "roles", "--context", "64"], "needs the config's vocab_size"),
+        (["--plan", "roles", "--context", "4096"], "longer than the 512 positions"),
+        (["--batch", "4"], "--batch and --model-dtype go with --plan roles"),
+        (["--plan", "roles", "--context", "8", "--model-dtype", "fp7"], "unknown dtype 'fp7'"),
+        (["--plan", "roles", "--context", "8", "--compare", "gpt2"], "--plan takes one model"),
+    ],
+)
+def test_bad_plans_are_one_line_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["spec", *argv]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and message in captured.err
+
+
+def test_plan_rejects_nonsense_sizes() -> None:
+    for bad in ({"context": 0}, {"batch": -1}, {"block_elements": 0}, {"context": True}):
+        kwargs = {"context": 8, "batch": 1, **bad}
+        with pytest.raises(ConfigError, match="positive whole number"):
+            plan_memory(BERT, **kwargs)  # type: ignore[arg-type]

@@ -124,6 +124,58 @@ def test_a_failed_stage_is_not_ended(tiny: dict[str, Path]) -> None:
     assert rec.stages[0]["name"] == "corpus" and rec.stages[0]["ended"] == 0
 
 
+def test_a_share_of_the_batches_counts_only_its_sentences(tiny: dict[str, Path]) -> None:
+    """Under torchrun each rank streams its share of the batches (and a resumed run skips those
+    done): the stage counts the sentences this call runs, as its consumer sees them, and
+    advances once per batch, each after the checkpoint's ``after_batch``."""
+    from headlab.models import stream_corpus
+
+    lm = load(tiny["bert"])
+    words = [s.words for s in read_treebank(sample_path("treebank"), limit=LIMIT).sentences]
+
+    class Nothing:  # a BlockConsumer that keeps nothing
+        def columns(self, layer: int) -> None:
+            return None
+
+        def block(self, *args: Any) -> None:
+            pass
+
+        def layer_done(self, layer: int) -> None:
+            pass
+
+    def run(part: tuple[int, int], skip: int) -> tuple[Recorder, list[int], list[str]]:
+        rec, seen, order = Recorder(), [], []
+
+        def consumer(batch: Any) -> Any:
+            seen.extend(batch.indices)
+            order.append("batch")
+            return Nothing()
+
+        def after_batch() -> None:
+            order.append(f"after {len(rec.stages[0]['steps'])}")
+
+        stream_corpus(
+            lm, words, consumer, batch_tokens=256, progress=rec, stage="treebank",
+            part=part, skip=skip, after_batch=after_batch,
+        )  # fmt: skip
+        return rec, seen, order
+
+    shares = [run((rank, 2), 0) for rank in (0, 1)]
+    for rec, seen, order in shares:
+        (stage,) = rec.stages
+        assert stage["total"] == sum(stage["steps"]) == len(seen) and stage["ended"] == 1
+        n = len(stage["steps"])
+        assert n >= 2  # so that skipping the first batch leaves some
+        assert order == [x for i in range(n) for x in ("batch", f"after {i}")]
+    assert sorted(shares[0][1] + shares[1][1]) == sorted(set(shares[0][1] + shares[1][1]))
+    rec, seen, _ = run((0, 2), 1)
+    assert (
+        rec.stages[0]["total"]
+        == len(seen)
+        == len(shares[0][1]) - shares[0][0].stages[0]["steps"][0]
+    )
+
+
 def test_plain_lines_count_time_and_rate() -> None:
     now = [0.0]
     out = io.StringIO()

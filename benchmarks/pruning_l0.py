@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+from headlab.cli._progress import PlainProgress
 from headlab.datasets import read_stsb
 from headlab.models import load
 from headlab.pruning.methods import compare_methods, removed_within
@@ -79,13 +81,10 @@ def main() -> None:
     )
     every = {"fraction": args.fraction}
 
-    def say(message: str) -> None:
-        print(f"[{time.perf_counter() - start:7.1f} s] {message}", flush=True)
-
     result = compare_methods(
         lm,
         options,
-        say=say,
+        progress=PlainProgress("pruning_l0", sys.stdout),
         evaluation=evaluation,
         importance=gradient,
         importances={"ablation": ablation},

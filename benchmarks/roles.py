@@ -27,6 +27,7 @@ layers, width 768, 12 heads, 4 KV heads; random weights built in-process).
     python benchmarks/roles.py            # the full table (about 20 minutes)
     python benchmarks/roles.py --quick    # MiniLM at 128 tokens only, one round
     python benchmarks/roles.py --split decoder-100M 512   # where each route's time goes
+    python benchmarks/roles.py --progress  # what the CLI's progress reporters cost (issue #22)
 
 On a GPU (``benchmarks/gpu.sh``), one model and length, in one process, on ``--device`` in
 ``--dtype``: plain sdpa, headlab and eager, alternating rounds, with each way's peak GPU memory::
@@ -391,6 +392,47 @@ def one_model(args: argparse.Namespace) -> None:
     print(json.dumps({"model": args.model, "dtype": args.dtype, "device": args.device, **t}))
 
 
+def progress_cost(rounds: int, limit: int) -> None:
+    """``--progress``: ``measure_roles`` on MiniLM over the bundled UD EWT sample, with no
+    reporter (the library's default), with the CLI's rich bar drawing on a terminal (a forced
+    one, into memory) and with its plain lines, after one untimed pass, in rotating order,
+    best of ``rounds``."""
+    import io
+
+    from rich.console import Console
+
+    from headlab.cli._progress import PlainProgress, RichProgress
+    from headlab.datasets import read_treebank, sample_path
+    from headlab.models import load
+    from headlab.roles import RoleOptions, measure_roles
+
+    lm = load(None)
+    gold = read_treebank(sample_path("treebank"), limit=limit)
+    reporters = {
+        "none": lambda: None,
+        "rich": lambda: RichProgress(Console(file=io.StringIO(), force_terminal=True, width=150)),
+        "plain": lambda: PlainProgress("headlab roles", io.StringIO()),
+    }
+    seconds: dict[str, list[float]] = {k: [] for k in reporters}
+    names = list(reporters)
+    measure_roles(lm, gold, options=RoleOptions(replicates=100))  # warm-up, untimed
+    for r in range(rounds):
+        for name in names[r % 3 :] + names[: r % 3]:  # each reporter first in turn
+            reporter = reporters[name]()
+            start = time.perf_counter()
+            measure_roles(lm, gold, options=RoleOptions(replicates=100), progress=reporter)
+            seconds[name].append(time.perf_counter() - start)
+    print(
+        f"machine: {platform.machine()} | torch {torch.__version__} | threads "
+        f"{torch.get_num_threads()} | MiniLM, {len(gold.sentences)} UD EWT sentences, 100 "
+        f"bootstrap replicates | best of {rounds} rotating rounds"
+    )
+    print("| reporter | best s | / none (each round) |\n|---|---|---|")
+    t = {"seconds": seconds}
+    for name in reporters:
+        print(f"| {name} | {min(seconds[name]):.2f} | {ratios(t, name, 'none')} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -418,7 +460,18 @@ def main() -> None:
         default=1 << 20,
         help="with --model: weights per query block of headlab's attention (default 2^20)",
     )
+    parser.add_argument(
+        "--progress",
+        type=int,
+        nargs="?",
+        const=500,
+        metavar="SENTENCES",
+        help="time the CLI's progress reporters on this many sample sentences (500)",
+    )
     args = parser.parse_args()
+    if args.progress:
+        progress_cost(args.rounds, args.progress)
+        return
     if args.model:
         one_model(args)
         return

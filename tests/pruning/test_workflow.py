@@ -31,7 +31,7 @@ def test_prune_and_report_give_the_same_curve(
     model = build("bert", tmp_path / "bert")
     assert main(["prune", "--model", str(model), "--curve", "--json"]) == 0
     from_prune = json.loads(capsys.readouterr().out)
-    from_report = _measure_curve(load(model), lambda message: None)
+    from_report = _measure_curve(load(model), None)
     assert from_prune["schema"] == from_report["schema"] == SCHEMA
     assert from_prune == from_report
     assert len(from_prune["curve"]) > 2 and from_prune["curve"][0]["heads_removed"] == 0

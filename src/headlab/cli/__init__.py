@@ -2,8 +2,9 @@
 
 ``main(argv) -> int`` parses, dispatches to one module per command, and maps errors to exit
 codes in one place: 0 success, 1 a headlab error (one line on stderr; the traceback with ``-v``),
-2 a usage error. Data goes to stdout, logs and progress to stderr. Nothing here imports torch
-before a command that needs it runs, so ``headlab --help`` and ``headlab spec`` stay fast.
+2 a usage error. Data goes to stdout, logs and progress to stderr (``-q``/``--quiet``, before or
+after the command's name, turns progress off). Nothing here imports torch before a command that
+needs it runs, so ``headlab --help`` and ``headlab spec`` stay fast.
 """
 
 from __future__ import annotations
@@ -32,9 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log progress and show tracebacks"
     )
+    quiet = "no progress on stderr (bars, stage lines); errors and notes still show"
+    parser.add_argument("-q", "--quiet", action="store_true", help=quiet)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)
+    for command_parser in sub.choices.values():
+        # SUPPRESS: the command's own default would overwrite a --quiet given before its name
+        command_parser.add_argument(
+            "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=quiet
+        )
     return parser
 
 

@@ -82,9 +82,8 @@ def run(args: argparse.Namespace) -> int:
         from headlab.cli import experiment_cost
 
         return experiment_cost.run(args)
-    import sys
-
     from headlab.cli._model import model_device
+    from headlab.cli._progress import progress_for
     from headlab.training.experiment import GridConfig, one_vs_many
 
     device = str(model_device(args)) if args.device is not None else "cpu"
@@ -95,11 +94,8 @@ def run(args: argparse.Namespace) -> int:
     needs_data = "language-model" in cfg.tasks
     data = Path(args.data) if args.data else (default_data() if needs_data else Path("."))
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    show = sys.stderr.isatty() or args.verbose
-    result = one_vs_many(cfg, data=data, progress=say if show else None)
+    with progress_for(args, "headlab experiment") as progress:
+        result = one_vs_many(cfg, data=data, progress=progress)
     if args.json:
         emit_json(result)
         return 0

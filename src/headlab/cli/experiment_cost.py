@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from headlab.cli._output import console, emit_json, human_bytes, human_count
@@ -45,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab.cli._progress import progress_for
     from headlab.experiments.cost import CostOptions, run_cost
 
     given: dict[str, Any] = {}
@@ -59,11 +59,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"none of the default head counts divides width {given['width']}")
     opts = CostOptions.quick(**given) if args.quick else CostOptions(**given)
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    show = sys.stderr.isatty() or args.verbose
-    result = run_cost(opts, progress=say if show else None)
+    with progress_for(args, "headlab experiment cost") as progress:
+        result = run_cost(opts, progress=progress)
     if args.figure:
         from headlab.report.figures import cost_figure
 

@@ -6,12 +6,15 @@ import argparse
 import csv
 import io
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
 from headlab.cli._model import add_model_arguments, load_model, model_device
 from headlab.cli._output import console, emit_json, human_bytes
+from headlab.cli._progress import progress_for
+from headlab.progress import NO_PROGRESS, Progress
 
 #: the library's defaults (kept here as numbers so that --help needs no torch import)
 L0_WEIGHT = 0.5
@@ -202,33 +205,27 @@ def _run(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     lm = load_model(args, with_lm_head=options.needs_lm_head)
-
-    metric = options.metric or ("perplexity" if lm.causal else "stsb")
-
-    writer = distributed.writes()
-
-    def progress(point: Any) -> None:
-        if not writer:
-            return
-        print(
-            f"step {point.step}: {point.heads_removed} heads removed, {metric} {point.metric:.2f}",
-            file=sys.stderr,
-        )
-
     if args.x == "kv-bytes" and not lm.causal:
         raise InputError(
             f"--x kv-bytes needs a causal model with a KV cache; {lm.name} is an encoder"
         )
+    writer = distributed.writes()
+    # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
+    drawn: AbstractContextManager[Progress] = (
+        progress_for(args, "headlab prune") if writer else nullcontext(NO_PROGRESS)
+    )
     if args.compare:
         from headlab.pruning.methods import compare_methods
 
-        compared = compare_methods(lm, options, say=lambda message: print(message, file=sys.stderr))
+        with drawn as progress:
+            compared = compare_methods(lm, options, progress=progress)
         if args.figure is not None:
             from headlab.report.figures import pruning_compare
 
             pruning_compare(compared, Path(args.figure))
         return _print_compare(args, compared)
-    result = run_pruning(lm, options, on_step=progress)
+    with drawn as progress:
+        result = run_pruning(lm, options, progress=progress)
     if not writer:
         return 0
     for note in result.notes:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, text
 from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import native_note
+from headlab.cli._progress import progress_for
 from headlab.cli.heads import LESSON_SENTENCE
+from headlab.progress import Prefixed, Progress
 
 
 def add_parser(sub: Any) -> None:
@@ -157,9 +158,6 @@ def run(args: argparse.Namespace) -> int:
 
     check_output(args.out, overwrite=args.overwrite, kind=KIND, replace_kind=True)
 
-    def say(message: str) -> None:
-        print(f"headlab report: {message}", file=sys.stderr, flush=True)
-
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
@@ -176,45 +174,41 @@ def run(args: argparse.Namespace) -> int:
     if args.prune and lm.causal:  # before the roles, not after
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
     native_note("headlab report")
-    stages = " stage 1/4:" if args.full else ""
-    say(
-        f"{stages} measuring the roles of {lm.n_layers * lm.n_heads} heads on "
-        f"{len(treebank)} sentences".strip()
-    )
-    roles = measure_roles(
-        lm,
-        gold,
-        gap=gap,
-        frequencies=read_frequencies(sample_path("frequencies")),
-        options=RoleOptions(
-            replicates=args.replicates, reliability=folds, progress=sys.stderr.isatty()
-        ),
-    )
-    if args.full:
-        from headlab.report.full import measure_extras
-
-        extras = measure_extras(lm, progress=say)
-        pruning = pruning or extras["pruning"]
-        cost = cost or extras["cost"]
-        if not any(e.get("task", "").startswith("binding") for e in experiments):
-            experiments.insert(0, extras["experiment"])
-    elif args.prune:
-        pruning = _measure_curve(lm, say)
     sentences = [LESSON_SENTENCE, *(args.sentence or [])]
     sentences += [" ".join(s.words) for s in treebank if 6 <= len(s.words) <= 25][:4]
-    out = write_report(
-        lm,
-        roles,
-        args.out,
-        sentences=sentences,
-        focus_word=args.word,
-        pruning=pruning,
-        experiment=experiments[0] if experiments else None,
-        experiments=experiments[1:],
-        cost=cost,
-        overwrite=args.overwrite,
-        progress=say,
-    )
+    with progress_for(args, "headlab report") as progress:
+        # with --full the roles are stage 1 of 4 (headlab.report.full counts the others)
+        roles = measure_roles(
+            lm,
+            gold,
+            gap=gap,
+            frequencies=read_frequencies(sample_path("frequencies")),
+            options=RoleOptions(replicates=args.replicates, reliability=folds),
+            progress=Prefixed(progress, "stage 1/4, roles") if args.full else progress,
+        )
+        if args.full:
+            from headlab.report.full import measure_extras
+
+            extras = measure_extras(lm, progress=progress)
+            pruning = pruning or extras["pruning"]
+            cost = cost or extras["cost"]
+            if not any(e.get("task", "").startswith("binding") for e in experiments):
+                experiments.insert(0, extras["experiment"])
+        elif args.prune:
+            pruning = _measure_curve(lm, progress)
+        out = write_report(
+            lm,
+            roles,
+            args.out,
+            sentences=sentences,
+            focus_word=args.word,
+            pruning=pruning,
+            experiment=experiments[0] if experiments else None,
+            experiments=experiments[1:],
+            cost=cost,
+            overwrite=args.overwrite,
+            progress=progress,
+        )
     if args.ledger_md:
         from headlab.outputs import write_text_atomic
 
@@ -246,12 +240,11 @@ def _check_focus_word(word: str, sentences: list[str]) -> None:
     raise InputError(f"--word {word!r} is in none of the viewer's sentences ({shown})")
 
 
-def _measure_curve(lm: Any, say: Any) -> dict[str, Any]:
+def _measure_curve(lm: Any, progress: Progress | None) -> dict[str, Any]:
     """``headlab prune --curve``'s workflow and JSON, on the bundled STS-B sample."""
     from headlab.errors import InputError
     from headlab.pruning.workflow import PruneOptions, run_pruning
 
     if lm.causal:
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
-    say("measuring the pruning curve on the bundled STS-B sample")
-    return run_pruning(lm, PruneOptions()).to_json()
+    return run_pruning(lm, PruneOptions(), progress=progress).to_json()

@@ -6,11 +6,14 @@ import argparse
 import csv
 import io
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from headlab.cli._args import integer, seed, text
 from headlab.cli._model import add_model_arguments, load_model, model_device
 from headlab.cli._output import console, emit_json, native_note
+from headlab.cli._progress import progress_for
+from headlab.progress import NO_PROGRESS, Progress
 
 #: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
 MAX_REPLICATES = 100_000
@@ -146,20 +149,25 @@ def _run(args: argparse.Namespace) -> int:
     writer = distributed.writes()
     if writer:
         native_note("headlab roles")
-    report = measure_roles(
-        lm,
-        gold,
-        gap=gap,
-        frequencies=frequencies,
-        options=RoleOptions(
-            replicates=args.replicates,
-            reliability=folds,
-            seed=args.seed,
-            batch_tokens=args.batch_tokens,
-            progress=writer and sys.stderr.isatty(),
-        ),
-        checkpoint=checkpoint,
+    # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
+    drawn: AbstractContextManager[Progress] = (
+        progress_for(args, "headlab roles") if writer else nullcontext(NO_PROGRESS)
     )
+    with drawn as progress:
+        report = measure_roles(
+            lm,
+            gold,
+            gap=gap,
+            frequencies=frequencies,
+            options=RoleOptions(
+                replicates=args.replicates,
+                reliability=folds,
+                seed=args.seed,
+                batch_tokens=args.batch_tokens,
+            ),
+            checkpoint=checkpoint,
+            progress=progress,
+        )
     if not writer:
         _done(checkpoint)
         return 0

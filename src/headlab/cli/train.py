@@ -64,6 +64,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab.cli._progress import progress_for
     from headlab.errors import InputError
     from headlab.outputs import check_output
     from headlab.training.language_model import KIND, LMRecipe, train_language_model
@@ -87,14 +88,15 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps,
         seed=args.seed,
     )
-    info = train_language_model(
-        text,
-        out,
-        recipe,
-        source=Path(args.text).name,
-        overwrite=args.overwrite,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    with progress_for(args, "headlab train") as progress:
+        info = train_language_model(
+            text,
+            out,
+            recipe,
+            source=Path(args.text).name,
+            overwrite=args.overwrite,
+            progress=progress,
+        )
     if args.json:
         emit_json(info)
     else:

@@ -37,10 +37,9 @@ from headlab.attention import memory
 from headlab.attention.blocks import attention_weights
 from headlab.attention.module import MultiHeadAttention
 from headlab.errors import ConfigError
+from headlab.progress import Progress, stage
 from headlab.spec.costs import attention_flops, compute_spec
 from headlab.spec.layout import AttentionLayout
-
-Progress = Callable[[str], None] | None
 
 #: the forward paths, in the order they are timed and shown
 FORWARD_PATHS = ("torch", "fused", "torch_weights", "weights", "loop")
@@ -447,18 +446,19 @@ def measure_point(opts: CostOptions, heads: int, length: int, device: torch.devi
     )
 
 
-def run_cost(opts: CostOptions, *, progress: Progress = None) -> CostResult:
+def run_cost(opts: CostOptions, *, progress: Progress | None = None) -> CostResult:
     """Measure every head count at every length (see the module's docstring)."""
     device = torch.device(opts.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device 'cuda' was asked for, but torch sees no CUDA device here")
     start = time.perf_counter()
     rows = []
-    for length in opts.lengths:
-        for heads in opts.heads:
-            if progress is not None:
-                progress(f"cost: {heads} head(s) of {opts.width // heads}, {length} tokens")
-            rows.append(measure_point(opts, heads, length, device))
+    n_points = len(opts.lengths) * len(opts.heads)
+    with stage(progress, "grid points", n_points, "points") as report:
+        for length in opts.lengths:
+            for heads in opts.heads:
+                rows.append(measure_point(opts, heads, length, device))
+                report.advance(note=f"{heads} head(s) of {opts.width // heads}, {length} tokens")
     return CostResult(
         options=opts,
         device=str(device),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,6 +14,7 @@ from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.models.streaming import BlockConsumer, StreamingAttention
 from headlab.models.words import Alignment, align
+from headlab.progress import NO_PROGRESS, Progress
 
 logger = logging.getLogger(__name__)
 
@@ -78,15 +78,6 @@ class Skipped:
     kind: str = ""
 
 
-def _progress(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from rich.console import Console
-    from rich.progress import Progress
-
-    return Progress(transient=True, console=Console(file=sys.stderr))
-
-
 def run_corpus(
     lm: LoadedModel,
     sentences: Iterable[Sequence[str] | str],
@@ -95,7 +86,8 @@ def run_corpus(
     batch_tokens: int = 4096,
     layers: Iterable[int] | None = None,
     record_head_outputs: bool = False,
-    progress: bool = False,
+    progress: Progress | None = None,
+    stage: str = "sentences",
 ) -> list[Skipped]:
     """Stream sentences (raw strings or lists of words) through the model.
 
@@ -103,9 +95,12 @@ def run_corpus(
     ``batch_tokens`` tokens; ``consume`` gets each :class:`Batch` while its capture is live and
     should keep only what it needs, so memory does not grow with the corpus. Sentences that
     cannot be aligned or are too long are skipped and returned with the reason.
+
+    The whole run is one stage of ``progress`` named ``stage``, counted in sentences once
+    per batch.
     """
     skipped: list[Skipped] = []
-    for batch in _batches(lm, sentences, batch_tokens, progress, skipped):
+    for batch in _batches(lm, sentences, batch_tokens, progress, stage, skipped):
         with (
             torch.inference_mode(),
             HeadCapture(lm, layers=layers, record_head_outputs=record_head_outputs) as cap,
@@ -123,7 +118,8 @@ def stream_corpus(
     batch_tokens: int = 4096,
     block_elements: int = 1 << 20,
     dtype: torch.dtype | None = None,
-    progress: bool = False,
+    progress: Progress | None = None,
+    stage: str = "sentences",
     part: tuple[int, int] = (0, 1),
     skip: int = 0,
     after_batch: Callable[[], None] | None = None,
@@ -134,6 +130,8 @@ def stream_corpus(
     ``consumer(batch)`` is called before the batch's forward pass (``batch.capture`` is
     ``None``) and returns what gets the blocks; no pattern is kept or recomputed afterwards.
     Each forward pass ends after the last layer's attention (nothing later changes a pattern).
+    ``progress`` and ``stage`` as in :func:`run_corpus` (the stage counts the sentences of
+    the batches this call runs).
 
     ``part`` ``(rank, world)``: run only every ``world``-th batch from ``rank`` on (the batches
     are those of the whole corpus, so every sentence is batched as in one process); ``skip``:
@@ -141,7 +139,9 @@ def stream_corpus(
     is called after each batch that ran. The skipped sentences are those of the whole corpus.
     """
     skipped: list[Skipped] = []
-    for batch in _batches(lm, sentences, batch_tokens, progress, skipped, part=part, skip=skip):
+    for batch in _batches(
+        lm, sentences, batch_tokens, progress, stage, skipped, part=part, skip=skip
+    ):
         blocks = consumer(batch)
         with (
             torch.inference_mode(),
@@ -159,14 +159,16 @@ def _batches(
     lm: LoadedModel,
     sentences: Iterable[Sequence[str] | str],
     batch_tokens: int,
-    progress: bool,
+    progress: Progress | None,
+    stage: str,
     skipped: list[Skipped],
     *,
     part: tuple[int, int] = (0, 1),
     skip: int = 0,
 ) -> Iterator[Batch]:
     """Aligned, length-sorted, padded batches (``capture`` None); unalignable or too long
-    sentences go to ``skipped`` with the reason. ``part`` and ``skip``: see
+    sentences go to ``skipped`` with the reason. Each batch advances ``progress`` once its
+    consumer is done with it (the stage ends after the last). ``part`` and ``skip``: see
     :func:`stream_corpus`."""
     limit = lm.max_positions
     items: list[tuple[int, Alignment]] = []
@@ -183,26 +185,20 @@ def _batches(
     items.sort(key=lambda item: item[1].n_tokens)
     rank, world = part
     batches = list(_pack(items, batch_tokens))[rank::world][skip:]
-    bar = _progress(len(batches), progress and len(batches) > 1)
-    task = bar.add_task("sentences", total=sum(map(len, batches))) if bar else None
-    if bar:
-        bar.start()
-    try:
-        for chunk in batches:
-            inputs = encode(lm, [a.text for _, a in chunk])
-            lengths = inputs["attention_mask"].sum(1).tolist()
-            yield Batch(
-                indices=[i for i, _ in chunk],
-                alignments=[a for _, a in chunk],
-                inputs=inputs,
-                capture=None,
-                lengths=[int(n) for n in lengths],
-            )
-            if bar and task is not None:
-                bar.advance(task, len(chunk))
-    finally:
-        if bar:
-            bar.stop()
+    report = NO_PROGRESS if progress is None else progress
+    report.start(stage, sum(map(len, batches)), "sentences")
+    for chunk in batches:
+        inputs = encode(lm, [a.text for _, a in chunk])
+        lengths = inputs["attention_mask"].sum(1).tolist()
+        yield Batch(
+            indices=[i for i, _ in chunk],
+            alignments=[a for _, a in chunk],
+            inputs=inputs,
+            capture=None,
+            lengths=[int(n) for n in lengths],
+        )
+        report.advance(len(chunk))
+    report.end()
 
 
 def _pack(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ import torch
 
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel, wrap
+from headlab.progress import Prefixed, Progress, stage
 from headlab.pruning.l0 import GateResult, check_batches, train_gates
 from headlab.pruning.metrics import FidelityMetric, Metric, PerplexityMetric, StsbMetric
 from headlab.pruning.progressive import CurvePoint, PruneSearch, Scorer
@@ -64,15 +64,16 @@ def train_l0(
     data: Metric,
     options: PruneOptions,
     *,
-    say: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> GateResult:
-    """Train the L0 gates of ``options`` on ``data``."""
+    """Train the L0 gates of ``options`` on ``data``: one stage ``L0 gates`` of ``progress``,
+    in steps, with the task loss and the expected share of open gates."""
+    with stage(progress, "L0 gates", options.l0_steps, "steps") as report:
 
-    def progress(step: int, task: float, penalty: float) -> None:
-        if say is not None and (step % 50 == 0 or step == options.l0_steps):
-            say(f"L0 step {step}: task loss {task:.5f}, expected open share {penalty:.3f}")
+        def on_step(step: int, task: float, penalty: float) -> None:
+            report.advance(note=f"task loss {task:.5f}, expected open share {penalty:.3f}")
 
-    return train_gates(lm, data, options.l0_config, on_step=progress)
+        return train_gates(lm, data, options.l0_config, on_step=on_step)
 
 
 def gate_scorer(gates: GateResult) -> Scorer:
@@ -133,10 +134,11 @@ def recover_points(
     data: Metric,
     options: PruneOptions,
     *,
-    say: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Prune a copy of ``lm`` at the last curve point at or below each share of
-    ``options.recover_at``, recover it, and measure it again; ``lm`` is left as it was."""
+    ``options.recover_at``, recover it, and measure it again; ``lm`` is left as it was. One
+    stage ``recovery`` of ``progress``, in pruned models."""
     from headlab.pruning.physical import prune_model
 
     base = search.points[0].metric
@@ -146,23 +148,26 @@ def recover_points(
         if below and below[-1] not in chosen:
             chosen.append(below[-1])
     out = []
-    for point in chosen:
-        twin = wrap(copy.deepcopy(lm.model), lm.tokenizer, name=lm.name, path=lm.path)
-        small = prune_model(twin, point.removed)
-        if say is not None:
-            say(f"recovering {point.heads_removed} heads removed ({options.recover} steps)")
-        record = recover_model(small, data, options, metric=evaluation, before=point.metric)
-        out.append(
-            {
-                "step": point.step,
-                "heads_removed": point.heads_removed,
-                "fraction": round(point.fraction, 4),
-                **record,
-                "loss_before": round(point.loss, 4),
-                "loss_after": round(_loss(evaluation, base, record["metric_after"]), 4),
-            }
-        )
-        del twin, small
+    with stage(progress, f"recovery ({options.recover} steps each)", len(chosen), "models") as r:
+        for point in chosen:
+            twin = wrap(copy.deepcopy(lm.model), lm.tokenizer, name=lm.name, path=lm.path)
+            small = prune_model(twin, point.removed)
+            record = recover_model(small, data, options, metric=evaluation, before=point.metric)
+            out.append(
+                {
+                    "step": point.step,
+                    "heads_removed": point.heads_removed,
+                    "fraction": round(point.fraction, 4),
+                    **record,
+                    "loss_before": round(point.loss, 4),
+                    "loss_after": round(_loss(evaluation, base, record["metric_after"]), 4),
+                }
+            )
+            del twin, small
+            r.advance(
+                note=f"{point.heads_removed} heads removed: {evaluation.name} "
+                f"{record['metric_before']:.2f} -> {record['metric_after']:.2f}"
+            )
     return out
 
 
@@ -170,7 +175,7 @@ def compare_methods(
     lm: LoadedModel,
     options: PruneOptions,
     *,
-    say: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
     evaluation: Metric | None = None,
     importance: Metric | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
@@ -185,6 +190,7 @@ def compare_methods(
     ``settings`` overrides options per method (``{"ablation": {"step": 0.1}}``) and
     ``importances`` the importance data per method, e.g. to keep ablation's one evaluation per
     head affordable; ``data`` replaces the training text of the gates and of recovery.
+    ``progress`` is told of each method's stages, named after the method.
     """
     from headlab.pruning.progressive import progressive_prune
     from headlab.pruning.workflow import CURVE_FRACTION, PruneResult, build_metrics
@@ -194,21 +200,20 @@ def compare_methods(
         evaluation, importance, _ = build_metrics(lm, options)
     if data is None:
         data = training_data(lm, options, importance)
-    tell = say or (lambda message: None)
-    base = evaluation.evaluate(lm)
-    tell(f"unpruned: {evaluation.name} {base:.2f}")
+    with stage(progress, "unpruned model", 1, "evaluations") as report:
+        base = evaluation.evaluate(lm)
+        report.advance(note=f"{evaluation.name} {base:.2f}")
     methods = []
     notes: list[str] = []
     for method in COMPARED:
         mine = replace(options, importance=method, **(settings or {}).get(method, {}))
         gates = None
         scorer = None
+        told = Prefixed(progress, f"{method} importance")
         if method == "l0":
-            tell("training the L0 gates")
-            gates = train_l0(lm, data, mine, say=tell)
+            gates = train_l0(lm, data, mine, progress=told)
             scorer = gate_scorer(gates)
             notes += gates.kept_set(lm.n_layers)[1]
-        tell(f"{method} importance: the curve")
         search = progressive_prune(
             lm,
             evaluation,
@@ -219,10 +224,10 @@ def compare_methods(
             uniform=mine.uniform,
             scorer=scorer,
             base=base,
-            on_step=_progress(tell, method),
+            progress=told,
         )
         recovered = (
-            recover_points(lm, search, evaluation, data, mine, say=tell)
+            recover_points(lm, search, evaluation, data, mine, progress=told)
             if mine.recover is not None
             else []
         )
@@ -247,13 +252,6 @@ def compare_methods(
         "methods": methods,
         "notes": notes,
     }
-
-
-def _progress(tell: Callable[[str], None], method: str) -> Callable[[CurvePoint], None]:
-    def on_step(p: CurvePoint) -> None:
-        tell(f"{method} step {p.step}: {p.heads_removed} heads removed, {p.metric:.2f}")
-
-    return on_step
 
 
 def removed_within(curve: list[dict[str, Any]], max_loss: float) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ step within it is chosen.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import torch
 
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
+from headlab.progress import NO_PROGRESS, Progress
 from headlab.pruning.importance import ablation_importance, gradient_importance
 from headlab.pruning.metrics import Metric
 
@@ -79,14 +81,17 @@ def progressive_prune(
     on_step: Callable[[CurvePoint], None] | None = None,
     scorer: Scorer | None = None,
     base: float | None = None,
+    progress: Progress | None = None,
 ) -> PruneSearch:
     """Prune up to ``fraction`` of the heads in steps of ``step``; see the module docstring.
 
     ``uniform``: take the same number of units from every layer at each step (each layer's
     least important), so that every layer ends with the same head count, which the Llama
-    family's own config can express. ``scorer`` replaces ``method``'s importance (the trained
-    L0 gates' scores, :meth:`headlab.pruning.l0.GateResult.scores`); ``base``: the unpruned
-    model's metric when already measured.
+    family's own config can express. ``on_step`` gets each point as it is measured;
+    ``progress`` counts the search as one stage of steps (step 0: the unpruned model).
+    ``scorer`` replaces ``method``'s importance (the trained L0 gates' scores,
+    :meth:`headlab.pruning.l0.GateResult.scores`); ``base``: the unpruned model's metric when
+    already measured.
     """
     if not 0.0 < fraction < 1.0:
         raise InputError(f"the fraction of heads to prune must be in (0, 1), got {fraction}")
@@ -99,7 +104,13 @@ def progressive_prune(
     total = sum(lm.layout.heads_per_layer)
     target = round(fraction * total)
     per_step = max(1, round(step * total))
+    # every layer keeps one unit: the steps the search can take at most, for the progress
+    sizes = {layer: len(heads) for layer, heads in units}
+    reachable = min(target, total - sum(sizes.values()))
+    report = NO_PROGRESS if progress is None else progress
+    report.start("pruning search", 1 + math.ceil(reachable / per_step), "steps")
     base = metric.evaluate(lm) if base is None else base
+    report.advance(note=f"{metric.name} {base:.3f} unpruned")
     points = [CurvePoint(step=0, heads_removed=0, fraction=0.0, metric=base, loss=0.0, removed={})]
     if on_step:
         on_step(points[0])
@@ -151,12 +162,14 @@ def progressive_prune(
         if on_step:
             on_step(point)
         logger.info("step %d: %d heads removed, %s %.3f", point.step, n_removed, metric.name, value)
+        report.advance(note=f"{n_removed} heads removed, {metric.name} {value:.3f}")
         if max_loss is not None and loss > max_loss:
             stopped = True
             break
         chosen = point
     if max_loss is None:
         chosen = points[-1]
+    report.end()
     return PruneSearch(
         metric=metric.name,
         unit=metric.unit,

@@ -15,6 +15,7 @@ from typing import Any
 from headlab import distributed
 from headlab.errors import DataFormatError, InputError, OutputExistsError, PruningError
 from headlab.models.loading import LoadedModel
+from headlab.progress import Progress
 from headlab.pruning.metrics import Metric
 from headlab.pruning.progressive import CurvePoint, PruneSearch
 
@@ -329,8 +330,10 @@ def run_pruning(
     options: PruneOptions,
     *,
     on_step: Callable[[CurvePoint], None] | None = None,
+    progress: Progress | None = None,
 ) -> PruneResult:
     """Search the pruning curve of ``lm``; with ``options.fraction`` also prune and save.
+    ``on_step`` gets each point of the curve; ``progress`` is told of the search's steps.
 
     ``lm`` is pruned in place when a model is written (load it again to use the original).
 
@@ -360,7 +363,7 @@ def run_pruning(
     fraction, step = options.fraction, options.step
     if options.importance == "l0":
         assert data is not None
-        gates = methods.train_l0(lm, data, options)
+        gates = methods.train_l0(lm, data, options, progress=progress)
         scorer = methods.gate_scorer(gates)
         removed, layer_notes = gates.kept_set(lm.n_layers)
         notes += layer_notes
@@ -387,6 +390,7 @@ def run_pruning(
         uniform=options.uniform or options.transformers_compatible,
         on_step=on_step,
         scorer=scorer,
+        progress=progress,
     )
     extra: dict[str, Any] = {
         "gates": None if gates is None else gates.to_json(),
@@ -396,7 +400,9 @@ def run_pruning(
         recovered = []
         if options.recover is not None:
             assert data is not None
-            recovered = methods.recover_points(lm, search, evaluation, data, options)
+            recovered = methods.recover_points(
+                lm, search, evaluation, data, options, progress=progress
+            )
         return PruneResult(
             model=lm.name,
             importance=options.importance,

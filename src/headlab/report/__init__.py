@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from headlab.models.loading import LoadedModel
 from headlab.outputs import atomic_folder, check_output
+from headlab.progress import Progress, stage
 from headlab.report import figures
 from headlab.report.data import gather
 from headlab.report.html import render
@@ -44,18 +45,17 @@ def write_report(
     experiments: Sequence[dict[str, Any]] = (),
     cost: dict[str, Any] | None = None,
     overwrite: bool = False,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     """Write the report folder ``out`` (index.html, figures/, and the ledger of the lesson's
     claims as ledger.json and ledger.md) atomically.
 
     An existing headlab report is replaced; another folder headlab wrote only with
-    ``overwrite``; any other folder never (see :mod:`headlab.outputs`).
+    ``overwrite``; any other folder never (see :mod:`headlab.outputs`). ``progress`` is told
+    of two stages: the viewer's patterns, then the figures and the page.
     """
     out = Path(out)
     check_output(out, overwrite=overwrite, kind=KIND, replace_kind=True)
-    say = progress or (lambda message: None)
-    say("collecting attention patterns for the viewer")
     data = gather(
         lm,
         roles,
@@ -65,9 +65,15 @@ def write_report(
         experiment=experiment,
         experiments=experiments,
         cost=cost,
+        progress=progress,
     )
-    with atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp:
-        say("drawing figures")
+    showcase = _showcase(roles)
+    # the role grid, heatmaps, pruning and cost figures, index.html
+    n_files = 2 + len(showcase) + bool(pruning) + bool(cost)
+    with (
+        atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp,
+        stage(progress, "figures and page", n_files, "files") as report,
+    ):
         fig_dir = tmp / "figures"
         fig_dir.mkdir()
         made = [
@@ -76,12 +82,14 @@ def write_report(
                 "Dominant role of every head (letters faint where the role is unstable)",
             )
         ]
-        for layer, head, why in _showcase(roles):
+        report.advance()
+        for layer, head, why in showcase:
             name = f"heatmap_L{layer}_H{head}.png"
             title = f"layer {layer}, head {head} ({why}) on the lesson sentence"
             made.append(
                 (figures.heatmap(data["sentences"][0], layer, head, fig_dir / name, title), title)
             )
+            report.advance()
         if pruning:
             made.append(
                 (
@@ -93,6 +101,7 @@ def write_report(
                     else "Pruning curve",
                 )
             )
+            report.advance()
         if cost:
             made.append(
                 (
@@ -100,9 +109,10 @@ def write_report(
                     "Time and peak memory of attention against the head count, at one width",
                 )
             )
+            report.advance()
         rel = [(f"figures/{path.name}", caption) for path, caption in made]
-        say("writing index.html")
         (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
+        report.advance()
         (tmp / "ledger.json").write_text(
             json.dumps({"schema": LEDGER_SCHEMA, "claims": data["ledger"]}, indent=2) + "\n",
             encoding="utf-8",

@@ -9,6 +9,7 @@ from typing import Any
 
 from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
+from headlab.progress import Progress, stage
 from headlab.roles.measure import RoleReport
 
 logger = logging.getLogger(__name__)
@@ -51,18 +52,22 @@ def gather(
     experiment: dict[str, Any] | None = None,
     experiments: Sequence[dict[str, Any]] = (),
     cost: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The report's data: model, spec, roles, viewer sentences, optional extra results
     (``experiment`` and ``experiments``: one-vs-many results; ``cost``: experiment cost's), and
-    the ledger of the lesson's claims built from all of them."""
+    the ledger of the lesson's claims built from all of them (the viewer's sentences are one
+    stage of ``progress``)."""
     from headlab.report.ledger import build_ledger
     from headlab.spec.costs import compute_spec
 
     spec = compute_spec(lm.layout, context=512, dtype="fp32").as_dict()
     viewer = []
-    for text in sentences:
-        logger.info("patterns for %r", text[:40])
-        viewer.append(sentence_patterns(lm, text))
+    with stage(progress, "viewer patterns", len(sentences), "sentences") as report:
+        for text in sentences:
+            logger.info("patterns for %r", text[:40])
+            viewer.append(sentence_patterns(lm, text))
+            report.advance()
     every = [e for e in (experiment, *experiments) if e is not None]
     roles_json = roles.to_json()
     return {

@@ -2,16 +2,17 @@
 the cost of heads (``experiment cost --quick``) and one head versus many (``--quick``).
 
 Each stage is its own library's workflow; this module only runs them in turn on the model's
-device and says which stage is running through ``progress`` (one line per stage).
+device and tells ``progress`` (:mod:`headlab.progress`) of each workflow's stages, their names
+prefixed with the stage of the whole run (``stage 3/4, cost of heads: grid points``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from headlab.models.loading import LoadedModel
+from headlab.progress import Prefixed, Progress
 
 #: the stages after the roles, in order (the CLI counts the roles as stage 1)
 STAGES = ("pruning curve", "cost of heads", "one head versus many")
@@ -20,7 +21,7 @@ STAGES = ("pruning curve", "cost of heads", "one head versus many")
 def measure_extras(
     lm: LoadedModel,
     *,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
     first_stage: int = 2,
     total_stages: int = len(STAGES) + 1,
 ) -> dict[str, Any]:
@@ -30,16 +31,15 @@ def measure_extras(
     from headlab.pruning.workflow import PruneOptions, run_pruning
     from headlab.training.experiment import GridConfig, one_vs_many
 
-    say = progress or (lambda line: None)
     device = str(lm.device)
 
-    def stage(i: int, what: str) -> None:
-        say(f"stage {first_stage + i}/{total_stages}: {what}")
+    def stage(i: int) -> Progress:
+        return Prefixed(progress, f"stage {first_stage + i}/{total_stages}, {STAGES[i]}")
 
-    stage(0, f"{STAGES[0]} (STS-B sample, headlab prune --curve)")
-    pruning = None if lm.causal else run_pruning(lm, PruneOptions()).to_json()
-    stage(1, f"{STAGES[1]} (headlab experiment cost --quick)")
-    cost = run_cost(CostOptions.quick(device=device)).to_json()
-    stage(2, f"{STAGES[2]} (headlab experiment one-vs-many --quick)")
-    experiment = one_vs_many(GridConfig.quick(device=device), data=Path("."))
+    pruning = None
+    if not lm.causal:  # the STS-B sample, as headlab prune --curve
+        pruning = run_pruning(lm, PruneOptions(), progress=stage(0)).to_json()
+    # headlab experiment cost --quick, then headlab experiment one-vs-many --quick
+    cost = run_cost(CostOptions.quick(device=device), progress=stage(1)).to_json()
+    experiment = one_vs_many(GridConfig.quick(device=device), data=Path("."), progress=stage(2))
     return {"pruning": pruning, "cost": cost, "experiment": experiment}

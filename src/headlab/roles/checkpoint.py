@@ -149,8 +149,7 @@ def fingerprint(
         h.update(json.dumps(value, sort_keys=True, default=str).encode())
         h.update(b"\0")
 
-    opts = {k: v for k, v in asdict(options).items() if k != "progress"}
-    add(["options", opts, "part", list(part), "device", str(lm.device)])
+    add(["options", asdict(options), "part", list(part), "device", str(lm.device)])
     config = lm.model.config.to_json_string(use_diff=False)
     add(["model", lm.name, config])
     with torch.no_grad():

@@ -22,6 +22,7 @@ from headlab.datasets.gap import GapData
 from headlab.datasets.treebank import TreebankData, TreebankSentence
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
+from headlab.progress import Progress
 from headlab.roles import stats
 from headlab.roles.bootstrap import Sums
 from headlab.roles.checkpoint import Checkpoint, Stage, fingerprint
@@ -51,6 +52,7 @@ def measure_roles(
     frequencies: Counter[str] | None = None,
     options: RoleOptions | None = None,
     checkpoint: Checkpoint | None = None,
+    progress: Progress | None = None,
 ) -> RoleReport:
     """Score every head of ``lm`` for every role, classify it, and bootstrap the stability.
 
@@ -64,6 +66,8 @@ def measure_roles(
         options: replicates, seed, batch size, thresholds.
         checkpoint: save the sums so far every few batches, and resume from the sums its file
             holds (:mod:`headlab.roles.checkpoint`).
+        progress: told of each pass over the data (``treebank``, ``GAP``, ``induction``) as
+            its batches go by (:mod:`headlab.progress`; default: nothing).
 
     Under ``torchrun`` (an initialized :mod:`torch.distributed` process group) each rank runs
     its share of the batches and the sums are added up over the ranks
@@ -126,14 +130,20 @@ def measure_roles(
     gap_skipped: dict[str, int] = {}
     with distributed.failures("the role statistics"):
         tb_skipped = treebank_pass(
-            lm, treebank, freq, relations, tb.sums, options, cursor(tb), offsets
+            lm, treebank, freq, relations, tb.sums, options, cursor(tb), offsets, progress
         )
         if gap is not None and gap_stage is not None:
             gap_skipped = gap_pass(
-                lm, gap, gap_stage.sums, options, cursor(gap_stage), counts=gap_stage.counts
+                lm,
+                gap,
+                gap_stage.sums,
+                options,
+                cursor(gap_stage),
+                counts=gap_stage.counts,
+                progress=progress,
             )
         if ind is not None:
-            induction_pass(lm, ind.sums, options, cursor(ind))
+            induction_pass(lm, ind.sums, options, cursor(ind), progress)
     distributed.reduce_sums(*(s.sums for s in stages))
     if gap_stage is not None:
         gap_skipped = dict(Counter(gap_skipped) + distributed.reduce_counts(gap_stage.counts))

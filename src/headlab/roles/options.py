@@ -23,7 +23,6 @@ class RoleOptions:
         induction_sequences: random repeated sequences for the induction probe (causal models).
         induction_length: length of each random half.
         thresholds: the bars of each role.
-        progress: a progress bar on stderr.
         block_elements: attention is computed in blocks of query rows of about this many
             weights (``B x H x rows x S``), so no full ``T x S`` pattern of a long input exists.
         dtype: precision of ``q k^T`` (``torch.bfloat16`` is faster on CPUs with AMX; the
@@ -37,6 +36,5 @@ class RoleOptions:
     induction_sequences: int = 32
     induction_length: int = 48
     thresholds: Thresholds = field(default_factory=Thresholds)
-    progress: bool = False
     block_elements: int = 1 << 20
     dtype: torch.dtype | None = None

@@ -21,6 +21,7 @@ from headlab.models.loading import LoadedModel
 from headlab.models.runner import Batch, stream_corpus
 from headlab.models.streaming import BlockConsumer
 from headlab.models.words import Alignment
+from headlab.progress import Progress, stage
 from headlab.roles.bootstrap import Sums
 from headlab.roles.geometry import WordArgmaxStream, build_geometry
 from headlab.roles.options import RoleOptions
@@ -276,6 +277,7 @@ def treebank_pass(
     options: RoleOptions,
     cursor: Cursor = Cursor(),
     offsets: torch.Tensor | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, int]:
     """Add the treebank's sums into ``sums``; returns the sentences left out, by reason."""
 
@@ -283,7 +285,9 @@ def treebank_pass(
         return TreebankBlocks(lm, batch, sentences, frequencies, relations, sums, offsets)
 
     skipped: Counter[str] = Counter()
-    _stream(lm, [s.words for s in sentences], blocks, options, skipped, cursor)
+    _stream(
+        lm, [s.words for s in sentences], blocks, options, skipped, cursor, progress, "treebank"
+    )
     return dict(skipped)
 
 
@@ -294,10 +298,12 @@ def _stream(
     options: RoleOptions,
     skipped: Counter[str],
     cursor: Cursor,
+    progress: Progress | None,
+    name: str,
 ) -> None:
     """Run ``texts`` (the batches ``cursor`` names) through the model, each batch's attention
     blocks into ``blocks(batch)``; count the sentences of the whole corpus that cannot be
-    batched, by reason."""
+    batched, by reason. One stage ``name`` of ``progress``."""
     for s in stream_corpus(
         lm,
         texts,
@@ -305,7 +311,8 @@ def _stream(
         batch_tokens=options.batch_tokens,
         block_elements=options.block_elements,
         dtype=options.dtype,
-        progress=options.progress,
+        progress=progress,
+        stage=name,
         part=cursor.part,
         skip=cursor.skip,
         after_batch=cursor.after_batch,
@@ -418,6 +425,7 @@ def gap_pass(
     options: RoleOptions,
     cursor: Cursor = Cursor(),
     counts: Counter[str] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, int]:
     """Add the GAP examples' sums into ``sums``; returns the rows left out, by reason: those
     of the whole data set (the reader's, and those that cannot be batched), plus those of the
@@ -428,7 +436,7 @@ def gap_pass(
     def blocks(batch: Batch) -> GapBlocks:
         return GapBlocks(lm, batch, gap.examples, sums, in_batches)
 
-    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped, cursor)
+    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped, cursor, progress, "GAP")
     return dict(skipped)
 
 
@@ -437,7 +445,11 @@ def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
 
 
 def induction_pass(
-    lm: LoadedModel, sums: Sums, options: RoleOptions, cursor: Cursor = Cursor()
+    lm: LoadedModel,
+    sums: Sums,
+    options: RoleOptions,
+    cursor: Cursor = Cursor(),
+    progress: Progress | None = None,
 ) -> None:
     from headlab.models.capture import HeadCapture
 
@@ -451,14 +463,20 @@ def induction_pass(
         )
     per_batch = max(1, options.batch_tokens // ids.shape[1])
     rank, world = cursor.part
-    for lo in range(0, ids.shape[0], per_batch)[rank::world][cursor.skip :]:
-        chunk = ids[lo : lo + per_batch].to(lm.device)
-        items = list(range(lo, lo + chunk.shape[0]))
-        with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
-            lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
-        sums.add("induction.n", items, torch.ones(len(items)))
-        for layer in range(lm.n_layers):
-            value = induction.collect(cap.pattern(layer), options.induction_length, start)
-            sums.add_layer("induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads)
-        if cursor.after_batch is not None:
-            cursor.after_batch()
+    starts = range(0, ids.shape[0], per_batch)[rank::world][cursor.skip :]
+    total = sum(min(per_batch, ids.shape[0] - lo) for lo in starts)
+    with stage(progress, "induction", total, "sequences") as report:
+        for lo in starts:
+            chunk = ids[lo : lo + per_batch].to(lm.device)
+            items = list(range(lo, lo + chunk.shape[0]))
+            with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
+                lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
+            sums.add("induction.n", items, torch.ones(len(items)))
+            for layer in range(lm.n_layers):
+                value = induction.collect(cap.pattern(layer), options.induction_length, start)
+                sums.add_layer(
+                    "induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
+                )
+            if cursor.after_batch is not None:
+                cursor.after_batch()
+            report.advance(len(items))

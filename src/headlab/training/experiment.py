@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from headlab.errors import ConfigError
+from headlab.progress import Progress
 from headlab.training.model import ModelConfig, TinyTransformer
 from headlab.training.tasks import (
     BindingModel,
@@ -35,8 +36,6 @@ from headlab.training.tasks import (
     shakespeare_text,
 )
 from headlab.training.trainer import TrainConfig, seed_everything, train
-
-Progress = Callable[[str], None] | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +116,7 @@ def n_parameters(model: torch.nn.Module) -> int:
 
 
 def run_binding(
-    cfg: GridConfig, n_heads: int, seed: int, progress: Progress, *, mlp: bool = False
+    cfg: GridConfig, n_heads: int, seed: int, progress: Progress | None, *, mlp: bool = False
 ) -> dict[str, Any]:
     """Task 1. ``mlp=False`` (the main variant): attention-only blocks, so that only attention
     can tie a token to the marker before it; ``mlp=True`` lets MLPs build such conjunctions."""
@@ -155,7 +154,12 @@ def run_binding(
 
 
 def run_lm(
-    cfg: GridConfig, n_heads: int, seed: int, data: Path, progress: Progress, cache: dict[str, Any]
+    cfg: GridConfig,
+    n_heads: int,
+    seed: int,
+    data: Path,
+    progress: Progress | None,
+    cache: dict[str, Any],
 ) -> dict[str, Any]:
     if "ids" not in cache:
         text = cache.pop("text", None) or shakespeare_text(data)
@@ -215,9 +219,9 @@ def summarise(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress = None) -> dict[str, Any]:
+def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Run the grid; returns ``{"task", "setting", "device", "runs": [...], "summary": [...],
-    "config", "wall_s"}``."""
+    "config", "wall_s"}``. Each training run is one stage of ``progress``, in steps."""
     device = torch.device(cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device 'cuda' was asked for, but torch sees no CUDA device here")

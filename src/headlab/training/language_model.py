@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from safetensors import SafetensorError
 
 from headlab.errors import InputError
 from headlab.outputs import atomic_folder, check_output, write_error
+from headlab.progress import Progress
 from headlab.training.model import ModelConfig, TinyTransformer, save_checkpoint, to_gpt2
 from headlab.training.tasks import lm_loss, perplexity, prepare_text
 from headlab.training.trainer import TrainConfig, seed_everything, train
@@ -68,7 +68,7 @@ def train_language_model(
     *,
     source: str,
     overwrite: bool,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Train on the first 90% of ``text``, measure perplexity on the rest, write ``out``:
     a GPT-2 model folder (safetensors, config, tokenizer) that headlab and transformers load,

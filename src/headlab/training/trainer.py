@@ -7,7 +7,6 @@ CPU kernels repeat exactly, so the same seed gives the same model on the same ma
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 
 from headlab.errors import ConfigError
+from headlab.progress import Progress, stage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,12 +55,12 @@ def train(
     cfg: TrainConfig,
     generator: torch.Generator,
     *,
-    progress: Callable[[str], None] | None = None,
-    label: str = "",
+    progress: Progress | None = None,
+    label: str = "train",
 ) -> list[float]:
     """Train ``model`` for ``cfg.steps`` steps; ``loss_fn(model, generator)`` draws a batch and
-    returns its loss. Returns the loss of every step. ``progress`` gets a line ten times a run
-    (the CLI prints it to stderr)."""
+    returns its loss. Returns the loss of every step. The run is one stage ``label`` of
+    ``progress``, in steps, with the latest loss beside the count."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -73,20 +73,16 @@ def train(
     )
     model.train()
     losses = []
-    start = time.perf_counter()
-    for step in range(cfg.steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        loss = loss_fn(model, generator)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        losses.append(float(loss.detach()))
-        if progress and (step % max(1, cfg.steps // 10) == 0 or step == cfg.steps - 1):
-            progress(
-                f"{label} step {step + 1}/{cfg.steps} loss {losses[-1]:.3f} "
-                f"({time.perf_counter() - start:.0f} s)"
-            )
+    with stage(progress, label, cfg.steps, "steps") as report:
+        for step in range(cfg.steps):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            loss = loss_fn(model, generator)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            losses.append(float(loss.detach()))
+            report.advance(note=f"loss {losses[-1]:.3f}")
     model.eval()
     return losses

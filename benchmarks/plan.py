@@ -16,6 +16,13 @@ The plan is computed for the batch's padded length. Usage::
 
     python benchmarks/plan.py                       # the grid below; exit 1 if any error > 20%
     python benchmarks/plan.py --only minilm:512:8   # one point
+    python benchmarks/plan.py --trace decoder-100M:1024:2:roles  # what is alive at the peak
+
+``--trace`` runs the second pass under a ``TorchDispatchMode`` that adds up every storage the
+pass creates (freed through a weak reference) and lists the tensors alive at the peak, by the
+line of code that made them: the terms a plan must count. Tensors that existed before the pass
+(the bootstrap sums, allocated by the first) show up when an in-place op returns them; they
+are not part of the peak.
 """
 
 from __future__ import annotations
@@ -54,7 +61,62 @@ def _reset_peak() -> int:
     return _status("VmRSS")
 
 
-def child(name: str, length: int, batch: int, mode: str) -> dict[str, Any]:
+def _made_by() -> str:
+    """The innermost line outside torch that is running (for ``--trace``)."""
+    frame = sys._getframe(2)
+    while frame is not None and (
+        "torch/" in frame.f_code.co_filename or frame.f_code.co_filename == __file__
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}:{frame.f_lineno}"
+
+
+def trace(one_pass: Any) -> dict[str, Any]:
+    """Run ``one_pass`` counting the storages it creates: the peak of their sum and what was
+    alive then, largest first (``[MiB, op, shape, where]``)."""
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Live(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live: dict[int, tuple[int, str, tuple[int, ...], str]] = {}
+            self.total = self.peak = 0
+            self.at_peak: list[tuple[int, str, tuple[int, ...], str]] = []
+
+        def _free(self, key: int) -> None:
+            self.total -= self.live.pop(key)[0]
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                if id(storage) in self.live or storage.nbytes() == 0:
+                    continue
+                self.live[id(storage)] = (storage.nbytes(), str(func), tuple(t.shape), _made_by())
+                self.total += storage.nbytes()
+                weakref.finalize(storage, self._free, id(storage))
+                if self.total > self.peak:
+                    self.peak, self.at_peak = self.total, list(self.live.values())
+            return out
+
+    mode = Live()
+    with mode:
+        one_pass()
+    alive = sorted(mode.at_peak, key=lambda x: -x[0])
+    return {
+        "traced_peak": mode.peak,
+        "alive": [[round(b / 2**20, 2), op, list(shape), at] for b, op, shape, at in alive],
+    }
+
+
+def child(name: str, length: int, batch: int, mode: str, traced: bool = False) -> dict[str, Any]:
     import torch
 
     sys.path.insert(0, str(HERE))
@@ -104,6 +166,8 @@ def child(name: str, length: int, batch: int, mode: str) -> dict[str, Any]:
     base = _reset_peak()
     one_pass()
     cold = _status("VmHWM") - base
+    if traced:
+        return trace(one_pass)
     base = _reset_peak()
     one_pass()
     peak = _status("VmHWM") - base
@@ -132,10 +196,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=4, metavar=("MODEL", "T", "B", "MODE"))
     parser.add_argument("--only", help="MODEL:T:B, one point of the grid")
+    parser.add_argument("--trace", help="MODEL:T:B:MODE, the tensors alive at that pass's peak")
     args = parser.parse_args()
     if args.child:
         name, length, batch, mode = args.child
         print(json.dumps(child(name, int(length), int(batch), mode)))
+        return
+    if args.trace:
+        name, length, batch, mode = args.trace.split(":")
+        got = child(name, int(length), int(batch), mode, traced=True)
+        print(f"peak of the tensors the pass made: {got['traced_peak'] / 2**20:.1f} MiB")
+        for mib, op, shape, at in got["alive"]:
+            if mib >= 0.1:
+                print(f"{mib:9.2f} MiB  {op:28s} {shape!s:22s} {at}")
         return
     from headlab.spec.plan import plan_memory
 

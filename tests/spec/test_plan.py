@@ -45,20 +45,29 @@ def test_plan_of_a_tiny_bert_by_hand() -> None:
     assert plan.parameters == n_params
     assert plan.weights == 4 * n_params
     n = 2 * 8  # tokens
-    # attention: residual + input (2 E), q, k, v, the engine's keys, values and output (6 E,
-    # no GQA) per token, float32; a block of max(64, B H T = 64) weights: scores, weights and
-    # the softmax's temporary; no rotary, no causal mask
-    attention = n * (2 * 32 + 6 * 32) * 4 + 3 * 64 * 4
-    mlp = n * (2 * 32 + 2 * 64) * 4  # residual + input, the MLP's two activations
+    # attention: the layer's input (E, post-norm), q, k, v, the engine's keys, values and
+    # output (6 E, no GQA) per token, float32; no rotary
+    attention = n * (32 + 6 * 32) * 4
+    mlp = n * (2 * 32 + 2 * 64) * 4  # input, attention output, the MLP's two activations
+    # one block: B H T = 64 weights per query row, at most 16 x 64 weights: 16 rows (all 8)
+    block = 8 * 2 * 4 * 8
     assert plan.streaming == {
         "layer (attention or MLP, the larger)": max(attention, mlp),
+        "embeddings' output (held by the model's forward)": n * 32 * 4,
+        "key/value cache of the layers before the last": 0,  # an encoder keeps none
+        "attention mask (B, 1, T, T) booleans": 2 * 8 * 8,
+        "engine's block of weights (reused by every layer)": block * 4,
         "word geometry": 3 * 2 * 8 * 8 * 4,  # to_words, from_words, owners: B T W floats
-        "probe columns and argmax scratch": (2 * 8 * 3 + 64) * 4,
+        # the probes' 3 columns per token, B H T float sums and B H W indices of the argmax
+        "probe columns and word-argmax state": (2 * 8 * 3 + 2 * 4 * 8) * 4 + 2 * 4 * 8 * 8,
     }
     assert plan.eager == {
         "patterns of every layer": 2 * (2 * 4 * 8 * 8) * 4,
         "one layer's scores during its softmax": 2 * 4 * 8 * 8 * 4,
-        "layer (attention or MLP, the larger)": max(n * (2 * 32 + 4 * 32) * 4, mlp),
+        "layer (attention or MLP, the larger)": max(n * (32 + 4 * 32) * 4, mlp),
+        "embeddings' output (held by the model's forward)": n * 32 * 4,
+        "key/value cache of every layer": 0,
+        "attention mask (B, 1, T, T) booleans": 2 * 8 * 8,
     }
     assert plan.streaming_peak == sum(plan.streaming.values())
     half = plan_memory(BERT, context=8, batch=2, block_elements=64, dtype="bf16")
@@ -66,11 +75,36 @@ def test_plan_of_a_tiny_bert_by_hand() -> None:
     assert half.eager["patterns of every layer"] == plan.eager["patterns of every layer"] // 2
 
 
+def test_plan_of_a_tiny_llama_by_hand() -> None:
+    """A pre-norm, gated, rotary decoder with GQA: the rotation of q, the normed input and the
+    key/value cache of the layers before the last (transformers' default use_cache)."""
+    plan = plan_memory(LLAMA, context=8, batch=2)
+    n, e, q, k, mlp_width = 2 * 8, 32, 32, 16, 64  # 2 of 4 heads of 8 for keys and values
+    inputs = 2 * e  # the layer's input and its normed copy
+    # the rotation of q (q, rotate_half(q), q cos, rotate_half(q) sin) beside k and v is larger
+    # than the engine's step (q, k, v, keys and values laid out, output: 2Q + 4K)
+    attention = n * (inputs + 4 * q + 2 * k) * 4
+    mlp = n * (inputs + e + 3 * mlp_width) * 4  # + the attention's output; gate, up, product
+    parts = plan.streaming
+    assert parts["layer (attention or MLP, the larger)"] == max(attention, mlp)
+    assert parts["key/value cache of the layers before the last"] == 1 * 2 * n * k * 4
+    assert plan.eager["key/value cache of every layer"] == 2 * 2 * n * k * 4
+    no_cache = plan_memory({**LLAMA, "use_cache": False}, context=8, batch=2)
+    assert no_cache.streaming["key/value cache of the layers before the last"] == 0
+
+
+def test_the_plan_cuts_blocks_as_the_engine_does() -> None:
+    from headlab.attention.blocks.stream import block_rows as engine_rows
+    from headlab.spec.plan import block_rows
+
+    for shape in [(1, 1, 1, 1), (2, 12, 1023, 1 << 20), (8, 12, 512, 1 << 20), (4, 4, 64, 1)]:
+        assert block_rows(*shape) == engine_rows(*shape)
+
+
 def test_a_long_row_is_one_block() -> None:
     """A block holds at least one query row of every head and sequence: B H T weights."""
-    small = plan_memory(LLAMA, context=64, batch=4, block_elements=1)
-    big = plan_memory(LLAMA, context=64, batch=4, block_elements=4 * 4 * 64)
-    assert small.streaming == big.streaming
+    plan = plan_memory(LLAMA, context=64, batch=4, block_elements=1)
+    assert plan.streaming["engine's block of weights (reused by every layer)"] == 4 * 4 * 64 * 4
 
 
 @pytest.mark.parametrize("config", [BERT, LLAMA], ids=["bert", "llama"])

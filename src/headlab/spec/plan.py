@@ -6,23 +6,31 @@ T`` tokens, ``E`` model width, ``Q = H D`` query width, ``K = Hkv D`` key/value 
 width, ``W`` words, bounded by ``T``; ``s`` bytes per activation in the model's dtype, statistics
 in float32):
 
-* **streaming** (headlab's role statistics, :mod:`headlab.models.streaming`): nothing is kept
-  between layers, so the peak is one layer's: its attention (the residual stream and the
-  layer's input ``2 N E``, ``q``, ``k``, ``v``, the engine's copies of keys and values and its
-  output ``N (2Q + 4K)``, for rotary families the rotated ``q`` and ``k`` and their temporaries
-  ``N (3Q + 2K)``, a decoder's ``B T T`` boolean causal mask, plus one block of query rows, about
-  ``block_elements`` weights, or one row of every head when longer: its scores, its weights and
-  the softmax's temporary) or its MLP (``2 N E`` plus ``2 N I``, ``3 N I`` for a
-  gated MLP), whichever is larger; beside it the statistics' tables: the word geometry
-  (``to_words``, ``from_words`` and their transposed copy, ``3 B T W`` floats), the probes'
-  per-key columns and the word-argmax scratch of one block.
+* **streaming** (headlab's role statistics, :mod:`headlab.models.streaming`): nothing of the
+  statistics is kept between layers, so the peak is one layer's step, its attention or its MLP,
+  whichever is larger. The attention holds the layer's input (``N E``; ``2 N E`` with the
+  normed copy of a pre-norm layer) and the engine's step, ``q``, ``k``, ``v``, keys and values
+  laid out for its products and its output, ``N (2Q + 4K)``, or, larger in rotary families,
+  the rotation of ``q``: ``q``, ``rotate_half(q)``, ``q cos`` and ``rotate_half(q) sin`` beside
+  ``k`` and ``v``, ``N (4Q + 2K)``. The MLP holds the layer's input (and normed copy), the
+  attention's output and ``2 N I`` activations, ``3 N I`` gated. Beside the layer, for the
+  whole forward: the embeddings' output (the model's forward holds it, ``N E``), a decoder's
+  key/value cache (transformers' default ``use_cache``: ``2 N K`` per layer, of the ``L - 1``
+  layers before the last, where the streaming forward stops), the ``B T T`` boolean attention
+  mask, the engine's block buffer (one block of query rows, as
+  :func:`headlab.attention.blocks.stream.block_rows` cuts them, reused by every layer: the
+  native kernel writes the weights over the scores), the word geometry (``to_words``,
+  ``from_words`` and their transposed copy, ``3 B T W`` floats), the probes' per-key columns
+  and the word-argmax state (``B H T`` float sums, ``B H W`` indices).
 * **eager** (every ``H x T x T`` pattern of every layer, as ``output_attentions`` returns them):
   ``L B H T T`` weights in the model's dtype, plus one layer's scores beside its weights while
-  the softmax runs, plus the forward's own largest layer.
+  the softmax runs, plus the forward's own largest layer step, the embeddings' output, the
+  mask and a decoder's key/value cache of all ``L`` layers.
 
 The sums of the statistics (a few numbers per head and relation, times the replicates) are
-kilobytes and left out. ``benchmarks/plan.py`` measures both peaks on MiniLM and a 100M-parameter
-decoder (within 20%: benchmarks/RESULTS.md).
+allocated by the first batch and kept for the run (a few MiB for 12 layers and 100
+replicates): not part of a batch's peak, and left out. ``benchmarks/plan.py`` measures both
+peaks on MiniLM and a 100M-parameter decoder (within 20%: benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -47,8 +55,13 @@ ROTARY = GATED | {"gpt_neox"}
 #: decoder families (a causal mask per forward)
 CAUSAL = GATED | {"gpt2", "gpt_neox"}
 
+#: pre-norm families: a layer's normed input lives beside its input
+PRE_NORM = CAUSAL
+
 #: the default block size of the streaming engine (:class:`headlab.roles.RoleOptions`)
 BLOCK_ELEMENTS = 1 << 20
+#: the engine's fewest query rows per block (``headlab.attention.blocks.stream.MIN_BLOCK_ROWS``)
+MIN_BLOCK_ROWS = 64
 
 STATS_BYTES = 4  # statistics run in float32
 
@@ -140,6 +153,16 @@ def parameters(config: Mapping[str, Any], lay: AttentionLayout) -> int:
     return total + norm  # the embeddings' or the final norm
 
 
+def block_rows(n_batch: int, n_heads: int, n_keys: int, block_elements: int) -> int:
+    """Query rows of one block of the streaming engine, as
+    :func:`headlab.attention.blocks.stream.block_rows` cuts them (kept here without torch; a
+    test holds the two equal): about ``block_elements`` weights, at least one row, and up to
+    :data:`MIN_BLOCK_ROWS` rows for wide batches (at most 16x ``block_elements``)."""
+    per_row = max(1, n_batch * n_heads * n_keys)
+    wide = min(MIN_BLOCK_ROWS, (16 * block_elements) // per_row)
+    return max(1, block_elements // per_row, wide)
+
+
 def plan_memory(
     config: Mapping[str, Any],
     *,
@@ -175,24 +198,46 @@ def plan_memory(
     gated = lay.model_type in GATED
     words = context  # an upper bound: at most one word per token
 
-    block = max(block_elements, batch * h * context)  # a block holds at least one row per head
-    # residual and input 2E; q, k, v Q + 2K; the engine's keys and values laid out for its
-    # products 2K and its output Q; rotary families: the rotated q and k and their temporaries
-    per_token = 2 * e + 2 * q + 4 * kv + (3 * q + 2 * kv if lay.model_type in ROTARY else 0)
-    attention = round(n * per_token * s) + 3 * block * STATS_BYTES
-    if lay.model_type in CAUSAL:  # the causal mask, one (B, T, T) bool tensor per forward
-        attention += batch * context * context
-    mlp = round(n * (2 * e + (3 if gated else 2) * mlp_width) * s)
+    rows = min(context, block_rows(batch, h, context, block_elements))  # query rows per block
+    block = rows * batch * h * context  # (B, H, rows, T) weights
+    pre_norm = lay.model_type in PRE_NORM
+    rotary = lay.model_type in ROTARY
+    # the layer's input (its caller holds it) and, in a pre-norm layer, its normed copy
+    inputs = e + (e if pre_norm else 0)
+    # the engine's step: q, k, v (Q + 2K), keys and values laid out for its products (2K), its
+    # output (Q); a rotary family's rotation of q: q, rotate_half(q), q cos and
+    # rotate_half(q) sin alive together (4Q) beside k and v (2K)
+    engine = 2 * q + 4 * kv
+    attention = round(n * (inputs + (max(engine, 4 * q + 2 * kv) if rotary else engine)) * s)
+    # the MLP's step: the layer's input, the attention's output (the residual), a pre-norm
+    # layer's normed copy, and the MLP's activations (gate, up and their product when gated)
+    mlp = round(n * (inputs + e + (3 if gated else 2) * mlp_width) * s)
+    # decoders keep every layer's keys and values for generation (transformers' default
+    # use_cache); with the last layer's attention the streaming forward stops, so the peak
+    # sees those of the layers before it
+    cached = 0
+    if lay.model_type in CAUSAL and _text_config(config).get("use_cache", True):
+        cached = 2 * batch * context * kv
     streaming = {
         "layer (attention or MLP, the larger)": max(attention, mlp),
+        "embeddings' output (held by the model's forward)": round(n * e * s),
+        "key/value cache of the layers before the last": round((lay.n_layers - 1) * cached * s),
+        "attention mask (B, 1, T, T) booleans": batch * context * context,
+        "engine's block of weights (reused by every layer)": block * STATS_BYTES,
         "word geometry": 3 * batch * context * words * STATS_BYTES,
-        "probe columns and argmax scratch": (batch * context * 3 + block) * STATS_BYTES,
+        "probe columns and word-argmax state": (batch * context * 3 + batch * h * context)
+        * STATS_BYTES
+        + batch * h * words * 8,
     }
     pattern = batch * h * context * context
     eager = {
         "patterns of every layer": round(lay.n_layers * pattern * s),
         "one layer's scores during its softmax": round(pattern * s),
-        "layer (attention or MLP, the larger)": max(round(n * (2 * e + 2 * q + 2 * kv) * s), mlp),
+        # q, k, v and the output beside the layer's input
+        "layer (attention or MLP, the larger)": max(round(n * (inputs + 2 * q + 2 * kv) * s), mlp),
+        "embeddings' output (held by the model's forward)": round(n * e * s),
+        "key/value cache of every layer": round(lay.n_layers * cached * s),
+        "attention mask (B, 1, T, T) booleans": batch * context * context,
     }
     return MemoryPlan(
         context=context,

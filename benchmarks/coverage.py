@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "models.md"
+README = ROOT / "README.md"
 BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
 YES, NO = "yes", "-"
 
@@ -82,15 +83,59 @@ def table(results: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def write(text: str) -> None:
-    doc = DOC.read_text()
+def summary(results: dict[str, dict[str, object]]) -> str:
+    """The README's short form: model types grouped by the same row of the full table."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    cli, refused = [], []
+    for model_type, r in sorted(results.items()):
+        if "refused" in r:
+            refused.append(model_type)
+            continue
+        kinds = sorted({str(name).split()[0] for name in r.get("layers") or []})  # type: ignore[union-attr]
+        ok = all(r.get(k) is True for k in ("capture", "bit_identical", "ablation_zero"))
+        ok = ok and r.get("ablation_mean") is True
+        heads = ("yes" if ok else "no") + ("" if kinds == ["self"] else f" ({', '.join(kinds)})")
+        pruning = r.get("pruning")
+        if pruning is True:
+            prune = "yes"
+        elif pruning:
+            prune = "no: " + str(pruning).split("is not supported: ", 1)[-1]
+            prune = prune.replace(" [0, 1]", "")  # the tiny model's layer list
+        else:
+            prune = NO
+        reload = YES if r.get("reload_transformers") is True else NO
+        groups.setdefault((heads, prune, reload), []).append(model_type)
+        if r.get("roles_cli") is True:
+            cli.append(model_type)
+    rows = [
+        "| model types | capture, ablation | physical pruning | pruned folder loads in transformers |",
+        "|---|---|---|---|",
+    ]
+    for (heads, prune, reload), types in sorted(groups.items(), key=lambda g: -len(g[1])):
+        rows.append(f"| {', '.join(types)} | {heads} | {prune} | {reload} |")
+    n = sum(len(t) for t in groups.values())
+    lines = [
+        f"{n} model types pass the test matrix (patterns against HF eager within 1e-5, head outputs,",
+        "zero and mean ablation against weight surgery, outputs bit-identical with capture on);",
+        "this table is written by `python benchmarks/coverage.py` from the matrix's results.",
+        "",
+        *rows,
+        "",
+        f"`headlab heads` and `headlab roles` are tested end to end on {', '.join(cli)}. "
+        f"Refused in one line (attention outside transformers' interface): {', '.join(refused)}.",
+    ]
+    return "\n".join(lines)
+
+
+def write(text: str, path: Path = DOC) -> None:
+    doc = path.read_text()
     if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{DOC} lacks the {BEGIN} ... {END} markers")
+        raise SystemExit(f"{path} lacks the {BEGIN} ... {END} markers")
     head, rest = doc.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     from headlab.outputs import write_text_atomic
 
-    write_text_atomic(DOC, f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    write_text_atomic(path, f"{head}{BEGIN}\n{text}\n{END}{tail}")
 
 
 def main() -> None:
@@ -98,14 +143,18 @@ def main() -> None:
     parser.add_argument(
         "--results", type=Path, nargs="+", help="results files of earlier runs (merged)"
     )
+    parser.add_argument("--save", type=Path, help="also write the merged results to this file")
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
     for file in args.results or []:
         for model_type, entry in json.loads(file.read_text()).items():
             results.setdefault(model_type, {}).update(entry)
     results = results or run_matrix()
+    if args.save:
+        args.save.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     write(table(results))
-    print(f"wrote the coverage of {len(results)} model types into {DOC}")
+    write(summary(results), README)
+    print(f"wrote the coverage of {len(results)} model types into {DOC} and {README}")
 
 
 if __name__ == "__main__":

@@ -195,8 +195,9 @@ def build_ledger(
             for name, role in FAMILIES.items()
         }
         n_found = sum(1 for v in found.values() if v)
-        r["figure"] = ", ".join(f"{name} {n}" for name, n in found.items()) + (
-            f" heads of {len(heads)}"
+        r["figure"] = (  # a head may clear several bars; its role is the strongest
+            f"heads of {len(heads)} clearing each bar: "
+            + ", ".join(f"{name} {n}" for name, n in found.items())
         )
         r["verdict"] = HOLDS if n_found == len(FAMILIES) else PART if n_found else SCALE
         unclassified = sum(1 for h in heads if h["role"] == "unclassified") / len(heads)

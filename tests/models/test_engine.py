@@ -158,3 +158,39 @@ def test_a_float64_model_gets_float64_patterns(tmp_path: Path) -> None:
         real = batch["attention_mask"].bool()[:, None, :, None]  # (B, 1, T, 1) unpadded rows
         gap = ((pattern - maps[layer]).abs() * real).max()
         assert gap < 1e-12, (layer, float(gap))
+
+
+def test_soft_capped_scores_stream_as_eager_computes_them() -> None:
+    """Gemma 2 caps its scaled scores, ``cap * tanh(s / cap)``, before the mask: the blocks
+    StreamingAttention hands out equal eager's attentions on every real row and the model's
+    output is unchanged. A cap of 0.5 moves the weights far more than the tolerance, so a
+    cap the engine ignored would fail here."""
+    from tests.models.architectures import build_model, inputs
+
+    from headlab.models import wrap
+
+    def sharp(model: Any) -> Any:  # random tiny weights give scores near 0: scale them up
+        with torch.no_grad():
+            for layer in model.layers:
+                layer.self_attn.q_proj.weight.mul_(30.0)
+        return model
+
+    lm = wrap(sharp(build_model("gemma2", attn_logit_softcapping=0.5)), None, name="gemma2")
+    batch = inputs(lm.model)
+    eager = sharp(build_model("gemma2", attn_implementation="eager", attn_logit_softcapping=0.5))
+    loose = sharp(build_model("gemma2", attn_implementation="eager", attn_logit_softcapping=1e6))
+    consumer = _Blocks()
+    with torch.no_grad():
+        expected = eager(**batch, output_attentions=True)
+        far = loose(**batch, output_attentions=True).attentions
+        plain = lm.model(**batch).last_hidden_state
+        with StreamingAttention(lm, consumer, block_elements=64):
+            ours = lm.model(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()[:, None, :, None]  # (B, 1, T, 1): real query rows
+    assert (ours - plain).abs().max() < 1e-5
+    for layer, pattern in enumerate(expected.attentions):  # (B, H, T, S)
+        blocks = consumer.blocks[layer]
+        n_keys = pattern.shape[-1]
+        weights = torch.cat([F.pad(b[0], (0, n_keys - b[0].shape[-1])) for b in blocks], 2)
+        assert ((weights - pattern) * real).abs().max() < 1e-5
+        assert ((far[layer] - pattern) * real).abs().max() > 1e-3  # the cap matters here

@@ -116,7 +116,7 @@ class StreamingAttention:
             mask: Any,
             kwargs: dict[str, Any],
         ) -> torch.Tensor:
-            for name in ("softcap", "s_aux", "sinks"):
+            for name in ("s_aux", "sinks"):
                 if kwargs.get(name) is not None:
                     raise InputError(
                         f"layer {layer} uses attention {name!r}, which headlab's block attention "
@@ -143,6 +143,7 @@ class StreamingAttention:
                 dtype=self.dtype,
                 workspace=self._workspace,
                 lengths=self._lengths(mask, causal, n_queries, n_keys),
+                softcap=kwargs.get("softcap"),
             )
             consumer.layer_done(layer)
             if self.stop_after_last:

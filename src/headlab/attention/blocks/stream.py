@@ -73,6 +73,7 @@ def attention_blocks(
     dtype: torch.dtype | None = None,
     workspace: Workspace | None = None,
     lengths: list[int] | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention output ``(B, T, H, D)``, computed block by block; ``on_block(start, weights,
     entropy, top, mixed)`` sees each block first (``top``: each row's largest weight). The
@@ -92,6 +93,8 @@ def attention_blocks(
         workspace: scratch buffers to reuse (across layers too); a fresh one by default.
         lengths: each batch row's number of keys when ``mask`` is known to be right padding
             (:func:`key_lengths` of it); found from ``mask`` when not given.
+        softcap: Gemma 2's logit soft-capping: scaled scores become ``softcap *
+            tanh(scores / softcap)`` before masks and bias, as in the model's eager attention.
 
     Entropy is ``log Z - sum_j p_j s_j`` with ``log Z = s_max - log p_max``: no logarithm per
     weight. On CPU, with :mod:`headlab.native`'s kernels built, each row's scores (float32, no
@@ -119,7 +122,12 @@ def attention_blocks(
     # native kernel computes each row's scores and softmax in one pass (with AVX-512), and the
     # weighted sums of a few columns while the row is in the cache
     one_pass = (
-        fused and native.fused_scores() and dtype == torch.float32 and bias is None and mask is None
+        fused
+        and native.fused_scores()
+        and dtype == torch.float32
+        and bias is None
+        and mask is None
+        and softcap is None
     )
     # up to KERNEL_COLUMNS columns are summed in that pass; otherwise a few float32 columns ride
     # along in the values' product, and many columns (copied once per key/value head there) and
@@ -177,7 +185,7 @@ def attention_blocks(
             weights, top, entropy = _block_weights(
                 query, k_t, start, stop, seen, scaling=scaling, dtype=dtype, group=group,
                 mask=mask, bias=bias, lengths=lengths, causal=causal, fused=fused,
-                workspace=workspace,
+                workspace=workspace, softcap=softcap,
             )  # fmt: skip
         mixed_w = weights.to(value.dtype).view(n_batch, n_kv, group * t, seen)
         product = torch.matmul(mixed_w, values[:, :, :seen])  # (B, Hkv, g t, D [+ X])
@@ -211,6 +219,7 @@ def _block_weights(
     causal: bool,
     fused: bool,
     workspace: Workspace,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One block's weights ``(B, H, t, s)``, largest weights and entropies ``(B, H, t)`` from
     torch's products (any mask, bias and precision); the softmax in one native pass per row
@@ -229,6 +238,8 @@ def _block_weights(
             torch.matmul(q_rows, k_t[..., :seen], out=workspace.get("qk", shape, query, dtype))
         )
     scores = scores.view(n_batch, n_heads, t, seen)  # (B, H, t, s)
+    if softcap is not None:  # Gemma 2: cap * tanh(scores / cap), before any mask
+        scores.div_(softcap).tanh_().mul_(softcap)
     empty_rows = _mask_scores(
         scores, mask=mask, bias=bias, lengths=lengths, causal=causal, start=start,
         n_queries=n_queries, n_keys=n_keys,

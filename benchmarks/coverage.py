@@ -40,6 +40,19 @@ def _mark(value: object) -> str:
     return YES if value is True else NO
 
 
+#: what roles (measured on text) say to a model that reads something else
+NOT_TEXT = {
+    "input_features": "no: hears audio (heads: its decoder)",
+    "pixel_values": "no: sees images (heads: a patch grid)",
+}
+
+
+def _roles(r: dict[str, object], kinds: list[str]) -> str:
+    if r.get("roles_cli") is True:
+        return "yes, encoder's heads (CLI test)" if "encoder" in kinds else "yes (CLI test)"
+    return NOT_TEXT.get(str(r.get("input")), NO)
+
+
 def table(results: dict[str, dict[str, object]]) -> str:
     rows = [
         "| model type | layers found | q/k/v layout | capture | ablation | roles | "
@@ -55,12 +68,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
         kinds = sorted({str(name).split()[0] for name in layers})  # type: ignore[union-attr]
         capture = r.get("capture") is True and r.get("bit_identical") is True
         ablation = r.get("ablation_zero") is True and r.get("ablation_mean") is True
-        if r.get("roles_cli") is True:
-            roles = "yes (CLI test)"
-        elif capture and kinds == ["self"] and r.get("text") is True:
-            roles = "text model, not run"
-        else:
-            roles = NO
+        roles = _roles(r, kinds)
         pruning = r.get("pruning")
         why = str(pruning).split("is not supported: ", 1)[-1]  # the reason, without the class
         prune_cell = YES if pruning is True else f"no: {why}" if pruning else NO
@@ -86,7 +94,7 @@ def table(results: dict[str, dict[str, object]]) -> str:
 def summary(results: dict[str, dict[str, object]]) -> str:
     """The README's short form: model types grouped by the same row of the full table."""
     groups: dict[tuple[str, str, str], list[str]] = {}
-    cli, refused = [], []
+    cli, other, refused = [], [], []
     for model_type, r in sorted(results.items()):
         if "refused" in r:
             refused.append(model_type)
@@ -107,6 +115,8 @@ def summary(results: dict[str, dict[str, object]]) -> str:
         groups.setdefault((heads, prune, reload), []).append(model_type)
         if r.get("roles_cli") is True:
             cli.append(model_type)
+        elif str(r.get("input")) in NOT_TEXT:
+            other.append(model_type)
     rows = [
         "| model types | capture, ablation | physical pruning | pruned folder loads in transformers |",
         "|---|---|---|---|",
@@ -121,8 +131,10 @@ def summary(results: dict[str, dict[str, object]]) -> str:
         "",
         *rows,
         "",
-        f"`headlab heads` and `headlab roles` are tested end to end on {', '.join(cli)}. "
-        f"Refused in one line (attention outside transformers' interface): {', '.join(refused)}.",
+        f"`headlab heads` and `headlab roles --model DIR` run end to end on all {len(cli)} text "
+        "types (encoder-decoders: roles on the encoder; heads on encoder, decoder and "
+        f"cross-attention); {', '.join(other)}: `headlab heads` only (audio, images). Refused "
+        f"in one line (attention outside transformers' interface): {', '.join(refused)}.",
     ]
     return "\n".join(lines)
 

@@ -49,8 +49,29 @@ def add_parser(sub: Any) -> None:
         help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
     )
     add_model_arguments(p)
+    pair = p.add_argument_group(
+        "encoder-decoders",
+        "T5, BART, Marian, mBART, Pegasus, M2M-100, Whisper have three head sets: the "
+        "encoder's self-attention (on the sentence), the decoder's self-attention and its "
+        "cross-attention (on --target, read by the decoder after its start token; cross: "
+        "where each target word's attention goes among the source words)",
+    )
+    pair.add_argument(
+        "--target",
+        type=text("a target sentence"),
+        help="the sentence the decoder reads (a translation, a summary...)",
+    )
+    pair.add_argument(
+        "--kind",
+        choices=("encoder", "decoder", "cross"),
+        help="which heads (default: cross with --target, else encoder; Whisper: decoder, on "
+        "the text as the transcript, its encoder hearing silence)",
+    )
     p.add_argument(
-        "--layer", type=int, action="append", help="only this layer (0-based; repeatable)"
+        "--layer",
+        type=int,
+        action="append",
+        help="only this layer (0-based, within --kind for an encoder-decoder; repeatable)",
     )
     p.add_argument("--head", type=int, action="append", help="only this head (0-based; repeatable)")
     p.add_argument(
@@ -111,29 +132,118 @@ def run(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     lm = load_model(args)
-    layers = args.layer or list(range(lm.n_layers))
-    for layer in layers:
-        if not 0 <= layer < lm.n_layers:
-            raise InputError(
-                f"--layer {layer} out of range: {lm.name} has layers 0..{lm.n_layers - 1}"
-            )
-    counts = lm.layout.heads_per_layer  # fewer in some layers of a model pruned layer by layer
-    most = max(counts[layer] for layer in layers)
-    for head in args.head or []:
-        if not 0 <= head < most:
-            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
+    from headlab.models.seq2seq import is_encoder_decoder
+
+    if is_encoder_decoder(lm):
+        return run_seq2seq(args, lm)
+    if args.target or args.kind:
+        raise InputError(
+            f"--target and --kind go with encoder-decoder models (T5, BART, Marian...); "
+            f"{lm.name} has one stack of layers"
+        )
+    layers = _chosen(args, lm, list(range(lm.n_layers)))
     wa = word_attention(lm, args.text, layers=layers)
     word = args.word or _default_word(args.text, wa.alignment)
     wa.alignment.word_index(word)  # a clear error if the word is missing
+    rows = _rows(args, lm, wa, word, {layer: layer for layer in layers})
+    if args.json:
+        emit_json({"model": lm.name, "text": args.text, "word": word, "heads": rows})
+        return 0
+    _print(args, rows, title=f"{lm.name}: where {word!r} attends", caption=args.text)
+    return 0
+
+
+def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
+    """An encoder-decoder: the encoder's heads on the sentence, or the decoder's self- and
+    cross-attention heads on ``--target``."""
+    from headlab.errors import InputError
+    from headlab.models import word_attention
+    from headlab.models.analysis import seq2seq_attention
+    from headlab.models.seq2seq import reads_audio, text_encoder
+
+    audio = reads_audio(lm)
+    kind = args.kind or ("decoder" if audio else "cross" if args.target else "encoder")
+    if audio and kind != "decoder":
+        raise InputError(
+            f"{lm.name} hears audio: its {kind} heads need sound, which headlab does not read; "
+            "--kind decoder shows its decoder's heads on the text"
+        )
+    target = args.text if audio else args.target
+    if kind != "encoder" and target is None:
+        raise InputError(f"--kind {kind} needs --target TEXT (the sentence the decoder reads)")
+    flat = [i for i, h in enumerate(lm.layers) if h.kind == kind]
+    blocks = _chosen(args, lm, list(range(len(flat))), what=f"{kind} layers", flat=flat)
+    if kind == "encoder" and target is None:  # the encoder alone: no decoder run
+        lm = text_encoder(lm)
+        wa = word_attention(lm, args.text, layers=blocks)
+        at = {block: block for block in blocks}
+    else:
+        wa = seq2seq_attention(lm, args.text, target, layers=[flat[b] for b in blocks])
+        at = {block: flat[block] for block in blocks}
+    queries = wa.words_of(next(iter(at.values())))[0]
+    word = args.word or _default_word(queries.text, queries)
+    queries.word_index(word)  # a clear error if the word is missing
+    rows = [{"attention": kind, **row} for row in _rows(args, lm, wa, word, at)]
+    if args.json:
+        emit_json(
+            {
+                "model": lm.name,
+                "text": args.text,
+                "target": target,
+                "attention": kind,
+                "word": word,
+                "heads": rows,
+            }
+        )
+        return 0
+    side = {"encoder": "source", "decoder": "target", "cross": "source"}[kind]
+    _print(
+        args,
+        rows,
+        title=f"{lm.name}: where {word!r} attends ({kind} attention, to {side} words)",
+        caption=args.text if target is None else f"source: {args.text}\ntarget: {target}",
+    )
+    return 0
+
+
+def _chosen(
+    args: argparse.Namespace,
+    lm: Any,
+    layers: list[int],
+    what: str = "layers",
+    flat: list[int] | None = None,
+) -> list[int]:
+    """``--layer`` (default all of ``layers``), checked, and ``--head`` checked."""
+    from headlab.errors import InputError
+
+    chosen = args.layer or layers
+    for layer in chosen:
+        if layer not in layers:
+            raise InputError(
+                f"--layer {layer} out of range: {lm.name} has {what} 0..{len(layers) - 1}"
+            )
+    counts = lm.layout.heads_per_layer  # fewer in some layers of a model pruned layer by layer
+    most = max(counts[flat[layer] if flat else layer] for layer in chosen)
+    for head in args.head or []:
+        if not 0 <= head < most:
+            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
+    return chosen
+
+
+def _rows(
+    args: argparse.Namespace, lm: Any, wa: Any, word: str, at: dict[int, int]
+) -> list[dict[str, Any]]:
+    """One row per head of the shown layers (``at``: shown layer -> the model's layer)."""
     rows = []
+    counts = lm.layout.heads_per_layer
     ids = lm.head_ids()  # a pruned folder's heads keep their unpruned ids
-    for layer in layers:
+    for shown, layer in at.items():
         for head in args.head or range(counts[layer]):
             if head >= counts[layer]:
                 continue  # pruned away in this layer
             rows.append(
                 {
-                    "layer": layer,
+                    "layer": shown,
                     "head": head,
                     "original_head": ids[layer][head],
                     "top": [
@@ -143,19 +253,21 @@ def run(args: argparse.Namespace) -> int:
                     "special": round(wa.special_mass(layer, head, word), 4),
                 }
             )
-    if args.json:
-        emit_json({"model": lm.name, "text": args.text, "word": word, "heads": rows})
-        return 0
+    return rows
+
+
+def _print(
+    args: argparse.Namespace, rows: list[dict[str, Any]], *, title: str, caption: str
+) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{lm.name}: where {word!r} attends", caption=args.text)
-    for col in ("layer", "head", f"top {args.top} words (weight)", "to [CLS]/[SEP]"):
+    table = Table(title=title, caption=caption)
+    for col in ("layer", "head", f"top {args.top} words (weight)", "to special tokens"):
         table.add_column(col)
     for r in rows:
         words = ", ".join(f"{t['word']} {t['weight']:.2f}" for t in r["top"])
         table.add_row(str(r["layer"]), str(r["head"]), words, f"{r['special']:.2f}")
     console().print(table)
-    return 0
 
 
 def _default_word(text: str, alignment: Any) -> str:
@@ -212,6 +324,10 @@ def run_trace(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     lm = load_model(args)
+    from headlab.models.seq2seq import is_encoder_decoder, text_encoder
+
+    if is_encoder_decoder(lm):  # the parse is of the source sentence: the encoder's heads
+        lm = text_encoder(lm)
     if args.roles:
         relations = read_relation_table(args.roles, lm)
         source = args.roles

@@ -146,6 +146,10 @@ def _run(args: argparse.Namespace) -> int:
     if folds == 1:
         raise InputError("--reliability needs at least 2 folds (or 0 for none)")
     lm = load_model(args)
+    from headlab.models.seq2seq import is_encoder_decoder, text_encoder
+
+    if is_encoder_decoder(lm):  # roles are measured on text: the encoder's self-attention heads
+        lm = text_encoder(lm)
     writer = distributed.writes()
     if writer:
         native_note("headlab roles")

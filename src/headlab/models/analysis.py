@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,25 +19,36 @@ class WordAttention:
 
     Attributes:
         alignment: the sentence's words and tokens.
-        patterns: ``{layer: (H, W, W)}``; row ``i`` is where word ``i``'s attention goes.
+        patterns: ``{layer: (H, W, W)}``; row ``i`` is where word ``i``'s attention goes
+            (``(H, W_query, W_key)`` in a layer of ``sides``).
+        sides: ``{layer: (query words, key words)}`` where they are not both ``alignment``:
+            an encoder-decoder's decoder layers (target, target) and cross-attention layers
+            (target, source).
     """
 
     alignment: Alignment
     patterns: dict[int, torch.Tensor]
+    sides: dict[int, tuple[Alignment, Alignment]] = field(default_factory=dict)
+
+    def words_of(self, layer: int) -> tuple[Alignment, Alignment]:
+        """The (query, key) words of ``layer``."""
+        return self.sides.get(layer, (self.alignment, self.alignment))
 
     def top(
         self, layer: int, head: int, word: str, k: int = 3, *, include_special: bool = False
     ) -> list[tuple[str, float]]:
         """The ``k`` words ``word`` attends to most in ``layer``/``head``, with their weights."""
-        row = self.patterns[layer][head, self.alignment.word_index(word)]  # (W,)
+        queries, keys = self.words_of(layer)
+        row = self.patterns[layer][head, queries.word_index(word)]  # (W_key,)
         order = torch.argsort(row, descending=True).tolist()
-        picked = [j for j in order if include_special or not self.alignment.is_special[j]][:k]
-        return [(self.alignment.words[j], float(row[j])) for j in picked]
+        picked = [j for j in order if include_special or not keys.is_special[j]][:k]
+        return [(keys.words[j], float(row[j])) for j in picked]
 
     def special_mass(self, layer: int, head: int, word: str) -> float:
         """Share of ``word``'s attention that goes to special tokens."""
-        row = self.patterns[layer][head, self.alignment.word_index(word)]
-        mask = torch.tensor(self.alignment.is_special, device=row.device)
+        queries, keys = self.words_of(layer)
+        row = self.patterns[layer][head, queries.word_index(word)]
+        mask = torch.tensor(keys.is_special, device=row.device)
         return float(row[mask].sum())
 
 
@@ -59,6 +70,41 @@ def word_attention(
         lm.model(**inputs)
     patterns = {layer: word_pattern(cap.pattern(layer)[0], alignment) for layer in cap.records}
     return WordAttention(alignment=alignment, patterns=patterns)
+
+
+def seq2seq_attention(
+    lm: LoadedModel, source: str, target: str, *, layers: Iterable[int] | None = None
+) -> WordAttention:
+    """An encoder-decoder run once on ``source`` (encoder) and ``target`` (read by the decoder
+    after its start token): word-level attention of ``layers`` (default all). Encoder layers
+    are source x source, decoder self-attention target x target, cross-attention target x
+    source (where each target word's attention goes among the source words). A target word's
+    row is the position where the decoder reads it, as for any word (translation-alignment
+    studies often read the row before it, which predicts the word)."""
+    from headlab.models.seq2seq import seq2seq_inputs
+
+    inputs, source_words, target_words = seq2seq_inputs(lm, source, target)
+    with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:
+        lm.model(**inputs)
+    sides = {
+        "encoder": (source_words, source_words),
+        "decoder": (target_words, target_words),
+        "cross": (target_words, source_words),
+    }
+    patterns, which = {}, {}
+    for layer in cap.records:
+        queries, keys = sides[lm.layers[layer].kind]
+        patterns[layer] = words_between(cap.pattern(layer)[0], queries, keys)
+        which[layer] = (queries, keys)
+    return WordAttention(alignment=source_words, patterns=patterns, sides=which)
+
+
+def words_between(pattern: torch.Tensor, queries: Alignment, keys: Alignment) -> torch.Tensor:
+    """Token pattern ``(..., T, S)`` to words ``(..., W_query, W_key)``: mean over a query
+    word's tokens, sum over a key word's."""
+    pattern = pattern[..., : queries.n_tokens, : keys.n_tokens].float()
+    from_words, to_words = queries.matrices()[0], keys.matrices()[1]
+    return from_words.to(pattern.device) @ pattern @ to_words.to(pattern.device)
 
 
 def mean_head_outputs(

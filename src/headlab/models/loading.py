@@ -361,7 +361,10 @@ def load(
     try:
         layout_from_config(config_dict)
     except ConfigError as exc:
-        raise ConfigError(f"{folder / 'config.json'}: {exc}") from None
+        # an encoder-decoder's config counts encoder and decoder layers apart (BART's
+        # encoder_layers...): its layout comes from the attention calls (``_layout``)
+        if not config_dict.get("is_encoder_decoder"):
+            raise ConfigError(f"{folder / 'config.json'}: {exc}") from None
 
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 

@@ -102,10 +102,13 @@ def align(
     text: str | None = None,
     words: Sequence[str] | None = None,
     max_tokens: int | None = None,
+    as_target: bool = False,
 ) -> Alignment:
     """Tokenize one sentence and match its tokens to words.
 
-    Give either raw ``text`` or pre-split ``words`` (joined with single spaces).
+    Give either raw ``text`` or pre-split ``words`` (joined with single spaces);
+    ``as_target``: tokenize as the decoder's target text (``text_target``: a translation
+    model's target-language vocabulary).
 
     Raises:
         InputError: empty input.
@@ -128,9 +131,11 @@ def align(
             raise InputError("the text is empty")
         pieces = split_words(sentence)
     text = sentence
-    enc = tokenizer(
-        text, return_offsets_mapping=True, return_special_tokens_mask=True, truncation=False
-    )
+    options = {"return_offsets_mapping": True, "return_special_tokens_mask": True}
+    if as_target:
+        enc = tokenizer(text_target=text, truncation=False, **options)
+    else:
+        enc = tokenizer(text, truncation=False, **options)
     ids = enc["input_ids"]
     if max_tokens is not None and len(ids) > max_tokens:
         raise TooLongError(

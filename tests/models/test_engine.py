@@ -194,3 +194,20 @@ def test_soft_capped_scores_stream_as_eager_computes_them() -> None:
         weights = torch.cat([F.pad(b[0], (0, n_keys - b[0].shape[-1])) for b in blocks], 2)
         assert ((weights - pattern) * real).abs().max() < 1e-5
         assert ((far[layer] - pattern) * real).abs().max() > 1e-3  # the cap matters here
+
+
+def test_streaming_builds_no_key_value_cache(folder: Path) -> None:
+    """A decoder's forward keeps every layer's keys and values by default; under
+    StreamingAttention nothing reads them, so none is built (memory), and the model's own
+    setting is back afterwards, on an error too."""
+    lm = load(folder)
+    batch = _batch(lm, "cpu")
+    assert lm.model.config.use_cache
+    with torch.no_grad():
+        with StreamingAttention(lm, _Blocks()):
+            streamed = lm.model(**batch)
+        plain = lm.model(**batch)
+        with pytest.raises(RuntimeError), StreamingAttention(lm, _Blocks()):
+            raise RuntimeError("stop")
+    assert streamed.past_key_values is None
+    assert plain.past_key_values is not None and lm.model.config.use_cache is True

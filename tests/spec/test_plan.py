@@ -54,7 +54,6 @@ def test_plan_of_a_tiny_bert_by_hand() -> None:
     assert plan.streaming == {
         "layer (attention or MLP, the larger)": max(attention, mlp),
         "embeddings' output (held by the model's forward)": n * 32 * 4,
-        "key/value cache of the layers before the last": 0,  # an encoder keeps none
         "attention mask (B, 1, T, T) booleans": 2 * 8 * 8,
         "engine's block of weights (reused by every layer)": block * 4,
         "word geometry": 3 * 2 * 8 * 8 * 4,  # to_words, from_words, owners: B T W floats
@@ -76,8 +75,9 @@ def test_plan_of_a_tiny_bert_by_hand() -> None:
 
 
 def test_plan_of_a_tiny_llama_by_hand() -> None:
-    """A pre-norm, gated, rotary decoder with GQA: the rotation of q, the normed input and the
-    key/value cache of the layers before the last (transformers' default use_cache)."""
+    """A pre-norm, gated, rotary decoder with GQA: the rotation of q and the normed input; the
+    eager forward's key/value cache of every layer (transformers' default use_cache), none in
+    the streaming forward, which turns it off."""
     plan = plan_memory(LLAMA, context=8, batch=2)
     n, e, q, k, mlp_width = 2 * 8, 32, 32, 16, 64  # 2 of 4 heads of 8 for keys and values
     inputs = 2 * e  # the layer's input and its normed copy
@@ -87,10 +87,10 @@ def test_plan_of_a_tiny_llama_by_hand() -> None:
     mlp = n * (inputs + e + 3 * mlp_width) * 4  # + the attention's output; gate, up, product
     parts = plan.streaming
     assert parts["layer (attention or MLP, the larger)"] == max(attention, mlp)
-    assert parts["key/value cache of the layers before the last"] == 1 * 2 * n * k * 4
+    assert not any("cache" in part for part in parts)
     assert plan.eager["key/value cache of every layer"] == 2 * 2 * n * k * 4
     no_cache = plan_memory({**LLAMA, "use_cache": False}, context=8, batch=2)
-    assert no_cache.streaming["key/value cache of the layers before the last"] == 0
+    assert no_cache.eager["key/value cache of every layer"] == 0
 
 
 def test_the_plan_cuts_blocks_as_the_engine_does() -> None:

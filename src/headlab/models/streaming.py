@@ -95,6 +95,7 @@ class StreamingAttention:
         # every layer of a forward pass gets the same mask tensor: its lengths are found once
         # (the tensor is held, so a later mask cannot be mistaken for it)
         self._mask: tuple[Any, ...] | None = None
+        self._use_cache: Any = None
 
     def _lengths(
         self, mask: torch.Tensor | None, causal: bool, n_queries: int, n_keys: int
@@ -157,6 +158,12 @@ class StreamingAttention:
 
     def __enter__(self) -> StreamingAttention:
         self._pending = set(range(len(self.lm.layers)))
+        # a decoder's forward keeps every layer's keys and values for generation by default;
+        # nothing here reads them (44 of the 147 MiB of a 100M decoder's peak at 1,023 tokens)
+        config = self.lm.model.config
+        self._use_cache = getattr(config, "use_cache", None)
+        if self._use_cache:
+            config.use_cache = False
         try:
             for module, served in by_module([h.attention for h in self.lm.layers]):
                 fn = per_call([self._layer(layer) for layer in served])
@@ -170,6 +177,9 @@ class StreamingAttention:
         while self._removers:
             self._removers.pop()()
         self._mask = None
+        if self._use_cache:
+            self.lm.model.config.use_cache = self._use_cache
+            self._use_cache = None
         return exc_type is _ForwardDone
 
 

@@ -14,9 +14,9 @@ in float32):
   the rotation of ``q``: ``q``, ``rotate_half(q)``, ``q cos`` and ``rotate_half(q) sin`` beside
   ``k`` and ``v``, ``N (4Q + 2K)``. The MLP holds the layer's input (and normed copy), the
   attention's output and ``2 N I`` activations, ``3 N I`` gated. Beside the layer, for the
-  whole forward: the embeddings' output (the model's forward holds it, ``N E``), a decoder's
-  key/value cache (transformers' default ``use_cache``: ``2 N K`` per layer, of the ``L - 1``
-  layers before the last, where the streaming forward stops), the ``B T T`` boolean attention
+  whole forward: the embeddings' output (the model's forward holds it, ``N E``; no key/value
+  cache: the streaming forward turns ``use_cache`` off, as nothing reads it), the ``B T T``
+  boolean attention
   mask, the engine's block buffer (one block of query rows, as
   :func:`headlab.attention.blocks.stream.block_rows` cuts them, reused by every layer: the
   native kernel writes the weights over the scores), the word geometry (``to_words``,
@@ -213,15 +213,13 @@ def plan_memory(
     # layer's normed copy, and the MLP's activations (gate, up and their product when gated)
     mlp = round(n * (inputs + e + (3 if gated else 2) * mlp_width) * s)
     # decoders keep every layer's keys and values for generation (transformers' default
-    # use_cache); with the last layer's attention the streaming forward stops, so the peak
-    # sees those of the layers before it
+    # use_cache) in an eager forward; the streaming forward turns it off (nothing reads them)
     cached = 0
     if lay.model_type in CAUSAL and _text_config(config).get("use_cache", True):
         cached = 2 * batch * context * kv
     streaming = {
         "layer (attention or MLP, the larger)": max(attention, mlp),
         "embeddings' output (held by the model's forward)": round(n * e * s),
-        "key/value cache of the layers before the last": round((lay.n_layers - 1) * cached * s),
         "attention mask (B, 1, T, T) booleans": batch * context * context,
         "engine's block of weights (reused by every layer)": block * STATS_BYTES,
         "word geometry": 3 * batch * context * words * STATS_BYTES,

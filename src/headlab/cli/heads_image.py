@@ -24,8 +24,9 @@ TEXT_ONLY = {
     "spacy": "--spacy goes with --trace on a sentence, not with --image",
     "roles": "--roles goes with --trace on a sentence, not with --image",
 }
-#: shades of a patch, from under 1/8 of the head's largest patch weight to the largest
-SHADES = " ░▒▓█"
+#: shades of a patch, from under 1/8 of the head's largest patch weight to the largest; the
+#: faintest is a dot, so that every grid keeps its outline however little it attends
+SHADES = "·░▒▓█"
 GAP = "  "
 
 
@@ -137,14 +138,19 @@ def run_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def cell(level: int) -> str:
+    """A patch as two characters: ``"· "`` for the faintest level, else a doubled shade."""
+    return SHADES[0] + " " if level == 0 else 2 * SHADES[level]
+
+
 def shade(grid: list[list[float]]) -> list[str]:
-    """One text row per patch row, each patch two block characters shaded by its weight over
-    the grid's largest (blank under 1/8 of it)."""
+    """One text row per patch row, each patch two characters shaded by its weight over the
+    grid's largest (a dot under 1/8 of it)."""
     top = max(max(row) for row in grid)
-    if top <= 0:
-        return [" " * (2 * len(row)) for row in grid]
     last = len(SHADES) - 1
-    return ["".join(2 * SHADES[round(last * w / top)] for w in row) for row in grid]
+    if top <= 0:
+        return ["".join(cell(0) for _ in row) for row in grid]
+    return ["".join(cell(round(last * w / top)) for w in row) for row in grid]
 
 
 def print_patches(
@@ -170,7 +176,7 @@ def print_patches(
     con.print(
         f"Each head's grid: one cell per patch, shaded by its weight over the head's largest "
         f"patch weight ({SHADES[-1]} the largest, {SHADES[3]}{SHADES[2]}{SHADES[1]} lighter, "
-        "blank under 1/8); the class token's share beside the head.",
+        f"{SHADES[0]} under 1/8); the class token's share beside the head.",
         markup=False,
     )
     labels = [f"{r['layer']}.{r['head']} cls {r['class']:.2f}" for r in rows]

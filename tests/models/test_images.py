@@ -120,6 +120,7 @@ def test_every_head_grid_equals_eager_attention(
     (<= 1e-5); with the class share it sums to 1; ``--patch`` picks that patch's row."""
     folder = folders[model_type]
     argv = ["heads", "--image", str(folders["image"]), "--model", str(folder), "--json"]
+    argv += ["--device", "cpu"]  # the oracle runs on the CPU
     if patch is not None:
         argv += ["--patch", f"{patch[0]},{patch[1]}"]
     result = _json(capsys, argv)
@@ -226,3 +227,17 @@ def test_a_full_clip_folder_reads_a_sentence_with_its_text_tower(
     argv = ["roles", "--model", clip, "--no-gap", "--replicates", "0", "--limit", "20", "--json"]
     table = _json(capsys, argv)
     assert (table["layers"], table["heads_per_layer"], len(table["heads"])) == (2, 4, 8)
+
+
+def test_pixels_of_another_size_than_the_config_are_refused() -> None:
+    """A processor that resizes to another size than ``image_size`` (a mismatched folder) gets
+    one line naming both sizes, not a failure deep inside the model."""
+    from headlab.errors import ShapeError
+    from headlab.models import wrap
+    from headlab.models.images import patch_attention
+
+    lm = wrap(build_model("vit"), None, name="vit")
+    with pytest.raises(ShapeError, match=r"takes 16x16 pixels .* gave 32x32"):
+        patch_attention(lm, torch.zeros(1, 3, 32, 32))
+    pa = patch_attention(lm, torch.zeros(1, 3, 16, 16), patch=(3, 3), layers=[1])
+    assert list(pa.weights) == [1] and tuple(pa.weights[1].shape) == (N_HEADS, 1 + GRID * GRID)

@@ -205,6 +205,8 @@ def test_one_line_errors(
     assert "--image FILE" in _error(capsys, ["heads", "--model", vit, "--patch", "1,1"])
     both = _error(capsys, ["heads", "A cat.", "--image", image, "--model", vit])
     assert "not both" in both
+    target = _error(capsys, ["heads", "--image", image, "--model", vit, "--target", "Ein Hund."])
+    assert "--target" in target
     roles = _error(capsys, ["roles", "--model", vit, "--no-gap", "--limit", "5"])
     assert "roles measures heads on text" in roles and "vit reads images" in roles
 

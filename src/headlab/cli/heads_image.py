@@ -23,6 +23,8 @@ TEXT_ONLY = {
     "sentence_id": "--sentence-id goes with --trace on a sentence, not with --image",
     "spacy": "--spacy goes with --trace on a sentence, not with --image",
     "roles": "--roles goes with --trace on a sentence, not with --image",
+    "target": "--target is the sentence an encoder-decoder's decoder reads, not for --image",
+    "kind": "--kind picks an encoder-decoder's heads, not for --image",
 }
 #: shades of a patch, from under 1/8 of the head's largest patch weight to the largest; the
 #: faintest is a dot, so that every grid keeps its outline however little it attends

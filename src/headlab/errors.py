@@ -52,6 +52,16 @@ class TooLongError(InputError):
     kind = "longer than the model accepts"
 
 
+class ModalityError(InputError):
+    """A model reads another kind of input than it was given: text for an image model such as
+    ViT, an image for a text model. ``reads`` names what the model reads (``"text"``,
+    ``"images"``, ``"audio"``), so that a command can say what to give instead."""
+
+    def __init__(self, message: str, *, reads: str = "") -> None:
+        super().__init__(message)
+        self.reads = reads
+
+
 class AlignmentError(InputError):
     """A sentence's words cannot be matched to its tokens (a token straddles two words, or a
     word gets no token)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from headlab.errors import InputError
+from headlab.errors import InputError, ModalityError
 
 #: the parameter dtypes a command may load a model in
 DTYPES = ("float32", "bfloat16", "float16")
@@ -114,11 +114,18 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
     # under torchrun each rank of a machine takes its own GPU
     device = local_device(model_device(args)) if placement is None else "cpu"
     revision = getattr(args, "revision", None)
-    return load(
-        getattr(args, "model", None),
-        dtype=dtype,
-        device=device,
-        revision=revision,
-        placement=placement,
-        **kwargs,
-    )
+    try:
+        return load(
+            getattr(args, "model", None),
+            dtype=dtype,
+            device=device,
+            revision=revision,
+            placement=placement,
+            **kwargs,
+        )
+    except ModalityError as exc:
+        if exc.reads == "images" and hasattr(args, "image"):  # the command takes --image
+            raise ModalityError(
+                f"{exc}: give it an image with --image FILE", reads=exc.reads
+            ) from None
+        raise

@@ -10,6 +10,7 @@ from typing import Any
 from headlab.cli._args import integer, text
 from headlab.cli._model import add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
+from headlab.cli.heads_image import add_image_arguments, run_image
 
 LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
 LESSON_WORD = "prepared"
@@ -110,6 +111,7 @@ def add_parser(sub: Any) -> None:
         help="the relation table from `headlab roles --json > FILE` (default: measured now "
         "on the bundled UD EWT sample, about 20 s)",
     )
+    add_image_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
@@ -118,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
     from headlab.models import word_attention
 
+    if args.image is not None or args.patch is not None:
+        return run_image(args)
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
     if args.trace:

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from headlab import distributed
     from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
-    from headlab.errors import InputError
+    from headlab.errors import InputError, ModalityError
     from headlab.roles import RoleOptions, measure_roles
     from headlab.roles.checkpoint import Checkpoint
     from headlab.roles.folds import default_reliability
@@ -145,7 +145,12 @@ def _run(args: argparse.Namespace) -> int:
         folds = default_reliability(gold.sentences, None if gap is None else gap.examples)
     if folds == 1:
         raise InputError("--reliability needs at least 2 folds (or 0 for none)")
-    lm = load_model(args)
+    try:
+        lm = load_model(args)  # a dual encoder (CLIP) loads its text tower alone
+    except ModalityError as exc:
+        raise ModalityError(
+            f"headlab roles measures heads on text (a treebank, GAP); {exc}", reads=exc.reads
+        ) from None
     from headlab.models.seq2seq import is_encoder_decoder, text_encoder
 
     if is_encoder_decoder(lm):  # roles are measured on text: the encoder's self-attention heads

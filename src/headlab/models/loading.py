@@ -11,11 +11,17 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from headlab.errors import ConfigError, InputError, ModelLoadError, UnsupportedModelError
+from headlab.errors import (
+    ConfigError,
+    InputError,
+    ModalityError,
+    ModelLoadError,
+    UnsupportedModelError,
+)
 from headlab.models import hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.dispatch import Placement, empty_model, main_device, resolve
@@ -59,7 +65,7 @@ class LoadedModel:
         name: display name (folder name, or the default model's name).
         path: the model folder.
         model: the Hugging Face model (base model, or a model with a head).
-        tokenizer: its fast tokenizer.
+        tokenizer: its fast tokenizer (``None`` for a model loaded to read images).
         adapter: the family adapter.
         layout: layers, heads, KV heads, head width (from the config).
         layers: hook handles of every layer.
@@ -314,6 +320,55 @@ def check_loading_info(folder: Path, model: Any, info: dict[str, Any]) -> None:
         )
 
 
+#: the input a model's forward takes for each kind of data
+INPUTS = {"text": "input_ids", "images": "pixel_values", "audio": "input_features"}
+#: where a dual encoder's config keeps the config of the tower that reads each kind
+TOWERS = {"text": "text_config", "images": "vision_config"}
+
+Reads = Literal["text", "images"]
+
+
+def reads_of(model_class: Any) -> list[str]:
+    """The kinds of data a model class's forward takes (``["text", "images"]`` for CLIP)."""
+    import inspect
+
+    params = inspect.signature(model_class.forward).parameters
+    return [kind for kind, name in INPUTS.items() if name in params]
+
+
+def choose_tower(config: Any, model_class: Any, reads: Reads, name: str) -> tuple[Any, Any]:
+    """The class to load for ``reads``, and its sub-config when only one tower of a dual
+    encoder loads (``(model_class, None)`` otherwise).
+
+    A dual encoder (CLIP, SigLIP) takes text and images, and its forward needs both; its
+    config holds a ``text_config`` and a ``vision_config``, each the config of a model class of
+    its own (CLIPTextModel, CLIPVisionModel) whose weights sit in the same folder under a
+    prefix transformers strips. Loading that tower alone runs one stack, as a sentence or an
+    image needs, and keeps the other tower's layers out of the head count.
+
+    Raises:
+        ModalityError: a model that reads only images given text, or one that reads no
+            images given images.
+    """
+    from transformers import AutoModel
+
+    kinds = reads_of(model_class)
+    if reads in kinds and len(kinds) > 1:
+        sub: Any = getattr(config, TOWERS[reads], None)
+        try:
+            tower: Any = AutoModel._model_mapping[type(sub)]
+        except Exception:
+            return model_class, None
+        if reads_of(tower) == [reads]:
+            return tower, sub
+        return model_class, None
+    # audio models (Whisper) read text in their decoder: only a pure image model refuses text
+    refused = kinds == ["images"] if reads == "text" else bool(kinds) and reads not in kinds
+    if refused:
+        raise ModalityError(f"{name} reads {' and '.join(kinds)}, not {reads}", reads=kinds[0])
+    return model_class, None
+
+
 def load(
     path: str | Path | None = None,
     *,
@@ -322,6 +377,7 @@ def load(
     with_lm_head: bool = False,
     revision: str | None = None,
     placement: Placement | None = None,
+    reads: Reads = "text",
 ) -> LoadedModel:
     """Load a model folder (config.json, safetensors, tokenizer files), or the default model.
 
@@ -336,13 +392,21 @@ def load(
         revision: the cached revision (branch, tag or commit) of a model name; not for folders.
         placement: spread the model over GPUs, the CPU and disk (:mod:`headlab.models.dispatch`);
             ``device`` is then ignored.
+        reads: what the model will be given: ``"text"`` (its tokenizer loads) or ``"images"``
+            (no tokenizer; :mod:`headlab.models.images` reads the folder's image processor).
+            A dual encoder such as CLIP loads only the tower that reads it
+            (:func:`choose_tower`).
 
     Raises:
         ModelLoadError: missing or corrupt folder, no safetensors, no tokenizer.
         ConfigError: a config without the attention fields.
+        ModalityError: ``reads="text"`` for a model that reads only images (ViT), or
+            ``reads="images"`` for one that reads no images (BERT).
         UnsupportedModelError: attention that does not go through transformers' attention
             interface, or layers discovery cannot map.
     """
+    if reads not in TOWERS:
+        raise InputError(f"reads must be one of {', '.join(TOWERS)}, got {reads!r}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = default_model_path() if path is None else Path(path)
     name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
@@ -373,22 +437,27 @@ def load(
     from transformers import AutoConfig
 
     try:
-        config_class = type(AutoConfig.from_pretrained(str(folder), local_files_only=True))
-        model_class: Any = auto._model_mapping[config_class]
+        hf_config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        model_class: Any = auto._model_mapping[type(hf_config)]
     except Exception:
-        model_class = None
+        hf_config, model_class = None, None
+    tower_config = None  # a dual encoder's (CLIP's) text or vision config, when one tower loads
+    if model_class is not None:
+        model_class, tower_config = choose_tower(hf_config, model_class, reads, name)
     if model_class is not None and not uses_interface(model_class):
         raise UnsupportedModelError(not_through_interface(model_class))  # before the weights
     attn = implementation_for(model_class)
     common = {"local_files_only": True, "trust_remote_code": False}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), **common)
-    except Exception as exc:
-        raise ModelLoadError(
-            f"{folder}: cannot load the tokenizer ({type(exc).__name__}: {exc})"
-        ) from None
-    if not getattr(tokenizer, "is_fast", False):
-        raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
+    tokenizer = None  # an image model reads pixels: its image processor is for the caller
+    if reads == "text":
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), **common)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{folder}: cannot load the tokenizer ({type(exc).__name__}: {exc})"
+            ) from None
+        if not getattr(tokenizer, "is_fast", False):
+            raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
     model: Any
     pruned = config_dict.get(PRUNED_KEY)
     placed: dict[str, Any] = {}
@@ -396,7 +465,9 @@ def load(
     if placement is not None and not (pruned and not pruned.get("native")):
         from transformers import AutoConfig
 
-        skeleton = empty_model(auto, AutoConfig.from_pretrained(str(folder), **common), dtype)
+        skeleton = empty_model(
+            auto, tower_config or AutoConfig.from_pretrained(str(folder), **common), dtype
+        )
         device_map = resolve(placement, skeleton, folder=folder)  # checked before any weight
         placed = {"device_map": device_map}
         if placement.offload_folder is not None:
@@ -406,7 +477,7 @@ def load(
             # a config the family cannot express: build the full shapes, shrink, then load
             from headlab.models.pruned import load_pruned_weights
 
-            config = AutoConfig.from_pretrained(str(folder), **common)
+            config = tower_config or AutoConfig.from_pretrained(str(folder), **common)
             model = auto.from_config(config, dtype=dtype, attn_implementation=attn)
             load_pruned_weights(model, folder, adapter_for(model), config_dict)
             if placement is not None:  # its shapes are known only now: place the loaded model
@@ -423,7 +494,8 @@ def load(
             verbosity = hf_logging.get_verbosity()
             hf_logging.set_verbosity_error()  # its load report: headlab checks the same below
             try:
-                loaded: Any = auto.from_pretrained(
+                loader = auto if tower_config is None else model_class
+                loaded: Any = loader.from_pretrained(
                     str(folder),
                     use_safetensors=True,
                     dtype=dtype,

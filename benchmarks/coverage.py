@@ -133,7 +133,7 @@ def summary(results: dict[str, dict[str, object]]) -> str:
         "",
         f"`headlab heads` and `headlab roles --model DIR` run end to end on all {len(cli)} text "
         "types (encoder-decoders: roles on the encoder; heads on encoder, decoder and "
-        f"cross-attention); {', '.join(other)}: `headlab heads` only (audio, images). Refused "
+        f"cross-attention); {', '.join(other)}: `headlab heads` only (images, or audio). Refused "
         f"in one line (attention outside transformers' interface): {', '.join(refused)}.",
     ]
     return "\n".join(lines)

@@ -133,6 +133,12 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "vit": VISION,
     "clip_vision_model": VISION,
     "clip_text_model": {**SMALL, "max_position_embeddings": 64, "eos_token_id": 102},
+    # both towers: a text and an image per row
+    "clip": {
+        "text_config": {**SMALL, "max_position_embeddings": 64, "eos_token_id": 102},
+        "vision_config": VISION,
+        "projection_dim": 16,
+    },
 }
 
 #: types whose attention does not go through transformers' attention interface (checked: one
@@ -190,7 +196,8 @@ def inputs(model: Any, seq: int = 8) -> dict[str, torch.Tensor]:
         mask[1, seq - 3 :] = 0
         batch["attention_mask"] = mask
     if "pixel_values" in params:
-        batch["pixel_values"] = torch.randn(2, 3, cfg.image_size, cfg.image_size, generator=gen)
+        size = (getattr(cfg, "vision_config", None) or cfg).image_size
+        batch["pixel_values"] = torch.randn(2, 3, size, size, generator=gen)
     if "input_features" in params:
         frames = 2 * cfg.max_source_positions
         batch["input_features"] = torch.randn(2, cfg.num_mel_bins, frames, generator=gen)

@@ -51,7 +51,11 @@ def arch(request: pytest.FixtureRequest) -> tuple[str, LoadedModel, dict[str, to
 
 
 def _main(output: Any) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output.last_hidden_state
+    if isinstance(output, tuple):
+        return output[0]
+    if output.get("last_hidden_state") is None and output.get("text_embeds") is not None:
+        return torch.cat([output.text_embeds, output.image_embeds], -1)  # CLIP: both towers
+    return output.last_hidden_state
 
 
 def _real_rows(lm: LoadedModel, layer: int, batch: dict[str, torch.Tensor], n: int) -> torch.Tensor:
@@ -66,6 +70,14 @@ def _eager_maps(model_type: str, batch: dict[str, torch.Tensor], lm: LoadedModel
     eager = build_model(model_type, attn_implementation="eager")
     with torch.no_grad():
         out = eager(**batch, output_attentions=True)
+    if out.get("attentions") is None and out.get("vision_model_output") is not None:  # CLIP
+        towers = {"vision_model": out.vision_model_output, "text_model": out.text_model_output}
+        maps, seen = [], dict.fromkeys(towers, 0)
+        for h in lm.layers:
+            tower = next(k for k in towers if k in h.path)
+            maps.append(towers[tower].attentions[seen[tower]])
+            seen[tower] += 1
+        return maps
     stacks = {
         "self": out.get("attentions"),
         "encoder": out.get("encoder_attentions"),
@@ -83,7 +95,8 @@ def test_discovery_finds_every_layer(arch: tuple[str, LoadedModel, Any]) -> None
     if getattr(lm.model.config, "is_encoder_decoder", False):
         assert sorted(kinds) == ["cross", "cross", "decoder", "decoder", "encoder", "encoder"]
     else:
-        assert kinds == ["self", "self"]
+        towers = 2 if getattr(lm.model.config, "vision_config", None) is not None else 1
+        assert kinds == ["self", "self"] * towers
     assert len({id(h.out_proj) for h in lm.layers}) == len(
         set(map(id, (h.attention for h in lm.layers)))
     )
@@ -266,7 +279,11 @@ def test_heads_and_roles_cli_on_a_tiny_folder(
     tok = AutoTokenizer.from_pretrained(str(tokenizer_path()), local_files_only=True)
     tok.save_pretrained(folder)
     lm = wrap(build_model(model_type), None)
-    reads = [i for i, h in enumerate(lm.layers) if h.kind in ("self", "encoder")]  # the text's
+    reads = [  # the layers that read the sentence (CLIP: its text tower alone)
+        i
+        for i, h in enumerate(lm.layers)
+        if h.kind in ("self", "encoder") and "vision_model" not in h.path
+    ]
     n_heads = sum(lm.layout.heads_per_layer[i] for i in reads)
     assert main(["heads", "The cat sat on the mat.", "--model", str(folder), "--json"]) == 0
     heads = json.loads(capsys.readouterr().out)["heads"]

@@ -167,7 +167,11 @@ def _layout(config: Any, adapter: Adapter, name: str) -> AttentionLayout:
     counts = adapter.head_counts
     seen_heads = tuple(c[0] for c in counts)
     seen_kv = tuple(c[1] for c in counts)
-    single = all(h.kind == "self" for h in adapter.handles)
+    # one stack of layers: a model with a text and a vision tower (CLIP) has two
+    towers = getattr(config, "vision_config", None) is not None and layout is not None
+    single = all(h.kind == "self" for h in adapter.handles) and not (
+        towers and layout is not None and layout.n_layers != len(counts)
+    )
     if layout is not None and single:
         if layout.n_layers != len(counts):
             raise ConfigError(

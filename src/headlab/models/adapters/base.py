@@ -107,6 +107,14 @@ class Adapter:
                 f"physical pruning of {cls} ({h.kind} attention) is not supported: headlab's "
                 "pruned folders record head counts for one stack of layers, not an encoder-decoder"
             )
+        if (
+            getattr(self.model.config, "vision_config", None) is not None
+            and len({x.path.split(".")[0] for x in self.handles}) > 1
+        ):
+            return (
+                f"physical pruning of {cls} is not supported: headlab's pruned folders record "
+                "head counts for one stack of layers, not a model with two towers"
+            )
         n_heads, n_kv, d = self.head_counts[layer]
         own = {id(p) for m in (h.qkv.q, h.qkv.k, h.qkv.v, h.out_proj) for p in m.parameters()}
         for name, p in h.attention.named_parameters():

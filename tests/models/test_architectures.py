@@ -289,7 +289,7 @@ def test_heads_and_roles_cli_on_a_tiny_folder(
     heads = json.loads(capsys.readouterr().out)["heads"]
     assert len(heads) == n_heads
     for h in heads:
-        assert len(h["top"]) == 3
+        assert 1 <= len(h["top"]) <= 3  # a causal row sees only the words before it
         assert 0.0 < sum(t["weight"] for t in h["top"]) + h["special"] <= 1.0 + 1e-3
     args = ["roles", "--model", str(folder), "--no-gap", "--replicates", "0", "--limit", "20"]
     assert main([*args, "--json"]) == 0

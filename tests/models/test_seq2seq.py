@@ -49,8 +49,8 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
 
 def _oracle(folder: Path, kind: str, word: str) -> dict[tuple[int, int], list[tuple[str, float]]]:
     """Every head's word weights from HF eager, by loops over the tokenizer's word ids: mean
-    over the query word's tokens, sum over each key word's tokens, special tokens left out of
-    the ranking."""
+    over the query word's tokens, sum over each key word's tokens, special tokens and words
+    the row cannot see (weight 0: the decoder's later words) left out of the ranking."""
     from transformers import AutoModel, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
@@ -93,7 +93,7 @@ def _oracle(folder: Path, kind: str, word: str) -> dict[tuple[int, int], list[tu
             for j, w in enumerate(k_words):
                 if w is not None:
                     mass[w] = mass.get(w, 0.0) + float(row[j])
-            ranked = sorted(mass.items(), key=lambda kv: -kv[1])
+            ranked = sorted(((w, x) for w, x in mass.items() if x > 0), key=lambda kv: -kv[1])
             result[(block, head)] = [(k_names[w], x) for w, x in ranked]
     return result
 
@@ -182,7 +182,46 @@ def test_whisper_shows_its_decoder_and_refuses_what_needs_sound(
     assert out["attention"] == "decoder" and len(out["heads"]) == 2 * 4
     assert main(["heads", TARGET, "--model", str(path), "--kind", "cross"]) == 1
     assert "hears audio" in capsys.readouterr().err
-    assert main(["roles", "--model", str(path), "--no-gap", "--limit", "5"]) == 1
+    assert main(["heads", TARGET, "--model", str(path), "--target", "hello there"]) == 1
+    assert "give the text without --target" in capsys.readouterr().err
+    for args in (
+        ["roles", "--no-gap", "--limit", "5"],
+        ["prune", "--curve"],
+        ["report", "--out", str(tmp_path / "report"), "--no-gap", "--limit", "5"],
+    ):
+        assert main([*args, "--model", str(path)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "its encoder reads audio (input_features), not text" in err
+        assert len(err.splitlines()) == 1
+
+
+def test_too_long_for_the_position_table_is_one_line(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """BART's and Marian's position tables hold 64 positions here: a longer source or target
+    is refused before the forward (T5's relative positions have no limit)."""
+    long = " ".join(["Katze"] * 80)
+    for args in (["heads", long], ["heads", SOURCE, "--target", long, "--word", "Katze"]):
+        code = main([*args, "--model", str(folder)])
+        err = capsys.readouterr().err.strip()
+        if folder.name == "t5":
+            assert code == 0
+            continue
+        assert code == 1 and len(err.splitlines()) == 1
+        assert "takes at most 64" in err and "shorten it" in err
+
+
+def test_prune_measures_the_encoder_and_refuses_a_pruned_folder(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "pruned"
+    assert main(["prune", "--model", str(folder), "--fraction", "0.25", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip()
-    assert "its encoder reads audio (input_features), not text" in err
-    assert len(err.splitlines()) == 1
+    assert len(err.splitlines()) == 1 and "is an encoder-decoder" in err
+    assert "pruning search" not in err and not out.exists()  # refused before any search
+
+
+def test_trace_and_target_do_not_mix(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["heads", SOURCE, "--model", str(folder), "--target", TARGET, "--trace"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--target and --kind do not go with it" in err

@@ -103,3 +103,26 @@ def test_prune_gqa_decoder_on_text_loads_in_transformers(
         == 1
     )
     assert "cannot load in transformers" in capsys.readouterr().err
+
+
+def test_a_model_that_cannot_be_pruned_is_refused_before_the_search(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ALBERT shares one attention module across layers: `prune --out` says so in one line
+    before any head is scored (a search on a real model takes minutes to hours)."""
+    from tests.models.architectures import build_model
+    from tests.models.tiny import tokenizer_path
+    from transformers import AutoTokenizer
+
+    from headlab.cli import main
+
+    folder, out = tmp_path / "albert", tmp_path / "pruned"
+    build_model("albert").save_pretrained(folder, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(tokenizer_path()), local_files_only=True).save_pretrained(
+        folder
+    )
+    capsys.readouterr()  # the save's own progress bar
+    assert main(["prune", "--model", str(folder), "--fraction", "0.25", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "one module shared by layers" in err and not out.exists()

@@ -129,3 +129,12 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
                 f"{exc}: give it an image with --image FILE", reads=exc.reads
             ) from None
         raise
+
+
+def text_side(lm: Any) -> Any:
+    """What reads the text as one stack of layers: an encoder-decoder's encoder (roles,
+    reports and pruning measure it; a one-line error for Whisper, whose encoder hears audio),
+    any other model as it is."""
+    from headlab.models.seq2seq import is_encoder_decoder, text_encoder
+
+    return text_encoder(lm) if is_encoder_decoder(lm) else lm

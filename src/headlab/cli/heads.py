@@ -125,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")
     if args.trace:
+        if args.target or args.kind:
+            raise InputError(
+                "--trace follows the sentence's parse through an encoder's heads; --target and "
+                "--kind do not go with it"
+            )
         return run_trace(args)
     for name in TRACE_ONLY:
         if getattr(args, name):
@@ -172,6 +177,11 @@ def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
             f"{lm.name} hears audio: its {kind} heads need sound, which headlab does not read; "
             "--kind decoder shows its decoder's heads on the text"
         )
+    if audio and args.target:
+        raise InputError(
+            f"{lm.name}'s decoder reads the sentence itself (its encoder hears silence): give "
+            "the text without --target"
+        )
     target = args.text if audio else args.target
     if kind != "encoder" and target is None:
         raise InputError(f"--kind {kind} needs --target TEXT (the sentence the decoder reads)")
@@ -185,8 +195,15 @@ def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
         wa = seq2seq_attention(lm, args.text, target, layers=[flat[b] for b in blocks])
         at = {block: flat[block] for block in blocks}
     queries = wa.words_of(next(iter(at.values())))[0]
-    word = args.word or _default_word(queries.text, queries)
-    queries.word_index(word)  # a clear error if the word is missing
+    try:
+        word = args.word or _default_word(queries.text, queries)
+        queries.word_index(word)  # a clear error if the word is missing
+    except InputError as exc:
+        if kind == "encoder":
+            raise
+        raise InputError(
+            f"{exc} (the target's: {kind} rows are the words the decoder reads)"
+        ) from None
     rows = [{"attention": kind, **row} for row in _rows(args, lm, wa, word, at)]
     if args.json:
         emit_json(
@@ -205,7 +222,13 @@ def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
         args,
         rows,
         title=f"{lm.name}: where {word!r} attends ({kind} attention, to {side} words)",
-        caption=args.text if target is None else f"source: {args.text}\ntarget: {target}",
+        caption=(
+            args.text
+            if target is None
+            else f"source: (silence)\ntarget: {target}"
+            if audio
+            else f"source: {args.text}\ntarget: {target}"
+        ),
     )
     return 0
 
@@ -331,7 +354,7 @@ def run_trace(args: argparse.Namespace) -> int:
     from headlab.models.seq2seq import is_encoder_decoder, text_encoder
 
     if is_encoder_decoder(lm):  # the parse is of the source sentence: the encoder's heads
-        lm = text_encoder(lm)
+        lm = text_encoder(lm, why="--trace follows a text's parse")
     if args.roles:
         relations = read_relation_table(args.roles, lm)
         source = args.roles

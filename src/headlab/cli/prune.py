@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
-from headlab.cli._model import add_model_arguments, load_model, model_device
+from headlab.cli._model import add_model_arguments, load_model, model_device, text_side
 from headlab.cli._output import console, emit_json, human_bytes
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from headlab import distributed
-    from headlab.errors import InputError
+    from headlab.errors import InputError, PruningError
     from headlab.pruning.workflow import run_pruning
 
     gates_decide = args.importance == "l0" and args.out is not None and args.fraction is None
@@ -205,6 +205,20 @@ def _run(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     lm = load_model(args, with_lm_head=options.needs_lm_head)
+    from headlab.models.seq2seq import is_encoder_decoder
+
+    if is_encoder_decoder(lm):
+        if options.out is not None:
+            raise PruningError(
+                f"{lm.name} is an encoder-decoder: headlab's pruned folders record one stack of "
+                "layers (without --out, prune measures its encoder's heads)"
+            )
+        lm = text_side(lm)
+    if options.out is not None:  # before the search, not after it
+        for layer in range(lm.n_layers):
+            why = lm.adapter.prunable(layer)
+            if why is not None:
+                raise PruningError(why)
     if args.x == "kv-bytes" and not lm.causal:
         raise InputError(
             f"--x kv-bytes needs a causal model with a KV cache; {lm.name} is an encoder"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._model import add_model_arguments, load_model
+from headlab.cli._model import add_model_arguments, load_model, text_side
 from headlab.cli._output import native_note
 from headlab.cli._progress import progress_for
 from headlab.cli.heads import LESSON_SENTENCE
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         folds = default_reliability(treebank, None if gap is None else gap.examples)
     if folds == 1:
         raise InputError("--reliability needs at least 2 folds (or 0 for none)")
-    lm = load_model(args)
+    lm = text_side(load_model(args))  # an encoder-decoder's encoder, as roles measure it
     if args.prune and lm.causal:  # before the roles, not after
         raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
     native_note("headlab report")

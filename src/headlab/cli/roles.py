@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from headlab.cli._args import integer, seed, text
-from headlab.cli._model import add_model_arguments, load_model, model_device
+from headlab.cli._model import add_model_arguments, load_model, model_device, text_side
 from headlab.cli._output import console, emit_json, native_note
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
@@ -151,10 +151,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ModalityError(
             f"headlab roles measures heads on text (a treebank, GAP); {exc}", reads=exc.reads
         ) from None
-    from headlab.models.seq2seq import is_encoder_decoder, text_encoder
-
-    if is_encoder_decoder(lm):  # roles are measured on text: the encoder's self-attention heads
-        lm = text_encoder(lm)
+    lm = text_side(lm)  # roles are measured on text: an encoder-decoder's encoder
     writer = distributed.writes()
     if writer:
         native_note("headlab roles")

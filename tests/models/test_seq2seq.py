@@ -225,3 +225,29 @@ def test_trace_and_target_do_not_mix(folder: Path, capsys: pytest.CaptureFixture
     assert main(["heads", SOURCE, "--model", str(folder), "--target", TARGET, "--trace"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--target and --kind do not go with it" in err
+
+
+def test_layers_by_name_capture_and_ablate_one_head_set() -> None:
+    """``"cross 1"`` is the second cross-attention layer: ablating its heads by name is
+    ablating them by index, moves only what the decoder computes after it, and a name the model
+    lacks is one line."""
+    from tests.models.architectures import inputs
+
+    from headlab.errors import InputError
+    from headlab.models import HeadCapture, wrap
+
+    lm = wrap(_sharpen(build_model("bart")), None, name="bart")
+    batch = inputs(lm.model)
+    flat = [h.name for h in lm.layers].index("cross 1")
+    with torch.no_grad():
+        plain = lm.model(**batch)
+        with HeadCapture(lm, ablate={"cross 1": [0, 2]}, layers=["cross 0"]) as cap:
+            named = lm.model(**batch)
+        with HeadCapture(lm, ablate={flat: [0, 2]}):
+            indexed = lm.model(**batch)
+    assert list(cap.records) == [[h.name for h in lm.layers].index("cross 0")]
+    assert torch.equal(named.last_hidden_state, indexed.last_hidden_state)
+    assert not torch.allclose(named.last_hidden_state, plain.last_hidden_state)
+    assert torch.equal(named.encoder_last_hidden_state, plain.encoder_last_hidden_state)
+    with pytest.raises(InputError, match="no layer named 'cross 9'"):
+        HeadCapture(lm, ablate={"cross 9": [0]})

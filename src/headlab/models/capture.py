@@ -51,11 +51,30 @@ class LayerRecord:
     head_output: torch.Tensor | None = None  # (B, H, T, D)
 
 
-def _normalise_heads(
-    spec: Mapping[int, Iterable[int]] | None, lm: LoadedModel
-) -> dict[int, list[int]]:
+#: a layer by its index, or by its name (``"encoder 0"``, ``"cross 2"``, ``"self 3"``)
+Layer = int | str
+#: heads per layer: ``{layer: [heads]}``, layers by index or by name
+LayerHeads = (
+    Mapping[int, Iterable[int]] | Mapping[str, Iterable[int]] | Mapping[Layer, Iterable[int]]
+)
+
+
+def layer_index(lm: LoadedModel, layer: Layer) -> int:
+    """The index of ``layer`` in ``lm.layers``: an index, or a name as :attr:`LayerHandles.name`
+    gives it (an encoder-decoder's ``"cross 1"`` is its second cross-attention layer)."""
+    if isinstance(layer, str):
+        names = {h.name: i for i, h in enumerate(lm.layers)}
+        if layer not in names:
+            shown = ", ".join(list(names)[:3] + (["..."] if len(names) > 3 else []))
+            raise InputError(f"no layer named {layer!r}: the model's layers are {shown}")
+        return names[layer]
+    return int(layer)
+
+
+def _normalise_heads(spec: LayerHeads | None, lm: LoadedModel) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
-    for layer, heads in (spec or {}).items():
+    for name, heads in (spec or {}).items():
+        layer = layer_index(lm, name)
         if not 0 <= int(layer) < lm.n_layers:
             raise InputError(
                 f"layer {layer} out of range: the model has layers 0..{lm.n_layers - 1}"
@@ -144,10 +163,12 @@ class HeadCapture:
 
     Args:
         lm: a :class:`~headlab.models.loading.LoadedModel`.
-        layers: layers to record (default: all).
+        layers: layers to record (default: all), by index or by name (``"cross 1"``: an
+            encoder-decoder's second cross-attention layer; ``lm.layers[i].name``).
         record_queries_keys: keep q and k (needed for patterns).
         record_head_outputs: keep each head's output.
-        ablate: ``{layer: [heads]}`` to remove from the output projection's input.
+        ablate: ``{layer: [heads]}`` to remove from the output projection's input (layers by
+            index or name, as ``layers``).
         ablation: ``"zero"`` (replace with zeros) or ``"mean"`` (replace with ``means``).
         means: ``{layer: (H, D) tensor}`` mean head outputs, for mean-ablation.
 
@@ -165,15 +186,19 @@ class HeadCapture:
         self,
         lm: LoadedModel,
         *,
-        layers: Iterable[int] | None = None,
+        layers: Iterable[Layer] | None = None,
         record_queries_keys: bool = True,
         record_head_outputs: bool = True,
-        ablate: Mapping[int, Iterable[int]] | None = None,
+        ablate: LayerHeads | None = None,
         ablation: Literal["zero", "mean"] = "zero",
         means: Mapping[int, torch.Tensor] | None = None,
     ) -> None:
         self.lm = lm
-        self.layers = list(range(lm.n_layers)) if layers is None else sorted(set(layers))
+        self.layers = (
+            list(range(lm.n_layers))
+            if layers is None
+            else sorted({layer_index(lm, layer) for layer in layers})
+        )
         _normalise_heads({layer: [] for layer in self.layers}, lm)
         self.record_queries_keys = record_queries_keys
         self.record_head_outputs = record_head_outputs

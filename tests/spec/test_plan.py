@@ -181,21 +181,15 @@ def test_plan_rejects_nonsense_sizes() -> None:
 
 
 @pytest.mark.parametrize("model_type", ["bart", "t5"])
-def test_spec_says_it_counts_one_stack(
+def test_the_plan_says_it_plans_one_stack(
     model_type: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An encoder-decoder's config is not read as one stack (T5's would read as its encoder
-    alone) nor refused for a missing field (BART's): one line says what spec covers."""
+    """An encoder-decoder's config is not planned as one stack (T5's would read as its
+    encoder alone) nor refused for a missing field (BART's): one line says what it plans."""
     from tests.models.architectures import config
 
-    from headlab.cli import main
-
     config(model_type).save_pretrained(tmp_path)
-    for args in (
-        ["spec", str(tmp_path)],
-        ["spec", str(tmp_path), "--plan", "roles", "--context", "8"],
-    ):
-        assert main(args) == 1
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1
-        assert f"is an encoder-decoder ({model_type}" in err and "one stack of layers" in err
+    assert main(["spec", str(tmp_path), "--plan", "roles", "--context", "8"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"is an encoder-decoder ({model_type}" in err and "one stack of layers" in err

@@ -193,3 +193,50 @@ def test_cli_default_context_stays_within_what_the_models_take(
     assert llama["kv_cache_bytes"] == 131_072 * 1024
     assert main(["spec", "gpt2", "--context", "4096", "--json"]) == 0  # asked for: kept
     assert json.loads(capsys.readouterr().out)["context"] == 4096
+
+
+@pytest.mark.parametrize("model_type", ["bart", "t5", "marian", "whisper"])
+def test_an_encoder_decoder_in_three_head_sets(
+    model_type: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Encoder, decoder and cross-attention counted apart from the config alone; their
+    attention parameters are those of the model transformers builds from the same config
+    (every q/k/v/o weight and bias; Whisper's key projection has no bias, the one difference);
+    the KV cache is the decoder's and the cross-attention's, none for the encoder."""
+    from tests.models.architectures import build_model, config
+
+    from headlab.cli import main
+    from headlab.models import wrap
+
+    config(model_type).save_pretrained(tmp_path)
+    assert main(["spec", str(tmp_path), "--context", "8", "--dtype", "fp32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    stacks = out["stacks"]
+    assert out["kind"] == "encoder-decoder" and list(stacks) == ["encoder", "decoder", "cross"]
+    assert [(s["n_layers"], s["n_heads"], s["head_dim"]) for s in stacks.values()] == [
+        (2, 4, 8)
+    ] * 3
+    assert out["attention_patterns"] == 3 * 2 * 4
+    lm = wrap(build_model(model_type), None)  # its q/k/v and output projections, layer by layer
+    projections = [m for h in lm.layers for m in (h.qkv.q, h.qkv.k, h.qkv.v, h.out_proj)]
+    counted = sum(p.numel() for m in projections for p in m.parameters())
+    missing_k_bias = 3 * 2 * 4 * 8 if model_type == "whisper" else 0
+    assert out["attention_params"] == counted + missing_k_bias
+    per_token = 2 * 2 * 4 * 8 * 4  # keys and values, 2 layers, 4 heads of 8, float32
+    assert stacks["encoder"]["kv_cache_bytes"] == 0
+    assert stacks["decoder"]["kv_cache_bytes_per_token"] == per_token
+    assert stacks["cross"]["kv_cache_bytes_per_token"] == per_token
+    assert out["kv_cache_bytes"] == 2 * per_token * 8
+
+
+def test_an_encoder_decoder_is_not_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.models.architectures import config
+
+    from headlab.cli import main
+
+    config("bart").save_pretrained(tmp_path)
+    assert main(["spec", "gpt2", "--compare", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not in --compare" in err

@@ -160,16 +160,69 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _one_stack(label: str, config: dict[str, Any]) -> None:
-    """Specs count one stack of layers: an encoder-decoder gets one line, not a count of its
+    """The plan is of one stack of layers: an encoder-decoder gets one line, not a plan of its
     encoder alone (T5's config reads like one) or a missing-field error (BART's)."""
     from headlab.errors import ConfigError
 
     if config.get("is_encoder_decoder"):
         raise ConfigError(
             f"{label} is an encoder-decoder ({config.get('model_type', 'unknown')}: encoder, "
-            "decoder and cross-attention heads); headlab spec counts models with one stack of "
-            "layers, not encoder-decoders yet"
+            "decoder and cross-attention heads); --plan roles plans models with one stack of "
+            "layers"
         )
+
+
+#: the rows of an encoder-decoder's table that add up across its head sets
+_TOTALS = {
+    "patterns per forward": "attention_patterns",
+    "attention parameters": "attention_params",
+    "KV cache per token": "kv_cache_bytes_per_token",
+    "KV cache at": "kv_cache_bytes",
+    "attention FLOPs per token at": "attention_flops_per_token",
+}
+
+
+def _run_pair(args: argparse.Namespace, label: str, stacks: dict[str, Any]) -> int:
+    """An encoder-decoder: a column per head set (encoder, decoder, cross) and their total,
+    for a source and a target of ``--context`` tokens each."""
+    from rich.table import Table
+
+    from headlab.spec.costs import compute_encoder_decoder_spec
+
+    context = args.context
+    if context is None:
+        limits = [lay.max_positions for lay in stacks.values() if lay.max_positions]
+        context = min([DEFAULT_CONTEXT, *limits])
+    spec = compute_encoder_decoder_spec(stacks, context=context, dtype=args.dtype)
+    data = {"model": label, **spec.as_dict()}
+    if args.json:
+        emit_json(data)
+        return 0
+    table = Table(
+        title=f"{label}: heads in numbers (encoder-decoder)",
+        caption=f"a source and a target of {context:,} tokens each; the encoder keeps no KV "
+        "cache, the cross-attention keeps the source's keys and values in every decoder layer",
+    )
+    table.add_column("")
+    for name in ("encoder", "decoder (self)", "cross", "total"):
+        table.add_column(name, overflow="fold")
+    columns = [_rows(d) for d in data["stacks"].values()]  # type: ignore[attr-defined]
+    for i, (row, _) in enumerate(columns[0]):
+        if row.startswith(("latent", "sliding")):
+            continue
+        key = next((k for prefix, k in _TOTALS.items() if row.startswith(prefix)), None)
+        total = "" if key is None else _total(key, int(data[key]))  # type: ignore[call-overload]
+        table.add_row(row, *[c[i][1] for c in columns], total)
+    console().print(table)
+    return 0
+
+
+def _total(key: str, value: int) -> str:
+    if "bytes" in key:
+        return human_bytes(value)
+    if "flops" in key:
+        return human_count(value)
+    return f"{value:,}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
     from headlab.errors import InputError
     from headlab.spec import catalog, compute_spec, layout_from_config, resolve
+    from headlab.spec.layout import encoder_decoder_layouts
 
     if args.plan:
         return run_plan(args)
@@ -200,7 +254,14 @@ def run(args: argparse.Namespace) -> int:
     layouts = []
     for name in names:
         label, config = resolve(name)
-        _one_stack(label, config)
+        pair = encoder_decoder_layouts(config)
+        if pair is not None:
+            if len(names) > 1:
+                raise InputError(
+                    f"{label} is an encoder-decoder: spec shows its three head sets on their "
+                    "own, not in --compare"
+                )
+            return _run_pair(args, label, pair)
         layouts.append((label, layout_from_config(config)))
     context = args.context
     if context is None:  # no cache at a length the models cannot take

@@ -18,7 +18,7 @@ width ``E``, window ``W_l`` and context ``C``; ``C_l = min(C, W_l)``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from headlab.errors import ConfigError
 from headlab.spec.layout import MAX_POSITIONS, AttentionLayout
@@ -222,3 +222,46 @@ def compute_spec(lay: AttentionLayout, *, context: int = 8192, dtype: str = "bf1
         kv_cache_bytes=round(cache_total),
         attention_flops_per_token=flops,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncoderDecoderSpec:
+    """An encoder-decoder's heads in numbers: one :class:`HeadSpec` per head set, for a source
+    and a target of ``context`` tokens each. Generation keeps the decoder's own keys and values
+    and the cross-attention's (the source's, per decoder layer); the encoder runs once and
+    keeps none."""
+
+    stacks: dict[str, HeadSpec]
+    context: int
+    dtype: str
+
+    def total(self, key: str) -> int:
+        return sum(int(getattr(spec, key)) for spec in self.stacks.values())
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form: the totals, and each head set under ``stacks``."""
+        first = next(iter(self.stacks.values())).layout
+        return {
+            "model_type": first.model_type,
+            "kind": "encoder-decoder",
+            "context": self.context,
+            "dtype": self.dtype,
+            "attention_patterns": self.total("attention_patterns"),
+            "attention_params": self.total("attention_params"),
+            "kv_cache_bytes_per_token": self.total("kv_cache_bytes_per_token"),
+            "kv_cache_bytes": self.total("kv_cache_bytes"),
+            "attention_flops_per_token": self.total("attention_flops_per_token"),
+            "stacks": {name: spec.as_dict() for name, spec in self.stacks.items()},
+        }
+
+
+def compute_encoder_decoder_spec(
+    stacks: dict[str, AttentionLayout], *, context: int = 8192, dtype: str = "bf16"
+) -> EncoderDecoderSpec:
+    """:class:`EncoderDecoderSpec` of :func:`~headlab.spec.layout.encoder_decoder_layouts`'
+    head sets, a source and a target of ``context`` tokens each (FLOPs per token: the
+    encoder's per source token, the decoder's and cross-attention's per target token)."""
+    specs = {name: compute_spec(lay, context=context, dtype=dtype) for name, lay in stacks.items()}
+    enc = specs["encoder"]
+    specs["encoder"] = replace(enc, kv_cache_bytes_per_token=0, kv_cache_bytes=0)
+    return EncoderDecoderSpec(stacks=specs, context=context, dtype=dtype.lower())

@@ -264,6 +264,85 @@ def layout_from_config(config: Mapping[str, Any]) -> AttentionLayout:
     )
 
 
+#: encoder-decoders whose projections have no biases (the others: BART, Marian, Whisper... do;
+#: Whisper's key projection has none, a count 1 / (4 D) too high per layer)
+_UNBIASED_PAIRS = {"t5", "mt5", "umt5", "longt5", "switch_transformers"}
+
+
+def encoder_decoder_layouts(config: Mapping[str, Any]) -> dict[str, AttentionLayout] | None:
+    """An encoder-decoder's three head sets, each as one stack of layers: ``encoder``
+    (self-attention over the source), ``decoder`` (self-attention over the target) and
+    ``cross`` (the decoder's attention to the source); ``None`` for any other config.
+
+    Raises:
+        ConfigError: an encoder-decoder config without its layer, head or width fields.
+    """
+    if not isinstance(config, Mapping) or not config.get("is_encoder_decoder"):
+        return None
+    model_type = str(config.get("model_type") or "unknown")
+    d_model = _positive_int(
+        _require(config, ("d_model", "hidden_size"), "model width"), "model width"
+    )
+    enc_layers = _positive_int(
+        _require(config, ("encoder_layers", "num_layers"), "number of encoder layers"),
+        "encoder layers",
+        MAX_LAYERS,
+    )
+    dec_layers = _positive_int(
+        _first(config, ("decoder_layers", "num_decoder_layers")) or enc_layers,
+        "decoder layers",
+        MAX_LAYERS,
+    )
+    enc_heads = _positive_int(
+        _require(config, ("encoder_attention_heads", "num_heads"), "number of encoder heads"),
+        "encoder heads",
+        MAX_HEADS,
+    )
+    dec_heads = _positive_int(
+        _first(config, ("decoder_attention_heads", "num_heads")) or enc_heads,
+        "decoder heads",
+        MAX_HEADS,
+    )
+    explicit = _first(config, ("d_kv", *HEAD_DIM_KEYS))
+
+    def width(heads: int) -> int:
+        if explicit is not None:
+            return _positive_int(explicit, "head_dim")
+        if d_model % heads:
+            raise ConfigError(
+                f"model width ({d_model}) is not divisible by the number of heads ({heads}) "
+                "and the config has no d_kv or head_dim"
+            )
+        return d_model // heads
+
+    def positions(keys: Sequence[str]) -> int | None:
+        value = _first(config, keys)
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_POSITIONS
+        return value if ok else None
+
+    source = positions(("max_source_positions", "max_position_embeddings"))
+    target = positions(("max_target_positions", "max_position_embeddings"))
+
+    def stack(n_layers: int, heads: int, longest: int | None) -> AttentionLayout:
+        return AttentionLayout(
+            model_type=model_type,
+            n_layers=n_layers,
+            heads_per_layer=(heads,) * n_layers,
+            kv_heads_per_layer=(heads,) * n_layers,
+            head_dim=width(heads),
+            d_model=d_model,
+            layer_windows=(None,) * n_layers,
+            max_positions=longest,
+            attention_bias=model_type not in _UNBIASED_PAIRS,
+        )
+
+    return {
+        "encoder": stack(enc_layers, enc_heads, source),
+        "decoder": stack(dec_layers, dec_heads, target),
+        "cross": stack(dec_layers, dec_heads, source),  # its keys are the source's tokens
+    }
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
     """Read a config.json file (or the config.json inside a model folder)."""
     path = Path(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from headlab.cli._args import integer, text
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
             f"--target and --kind go with encoder-decoder models (T5, BART, Marian...); "
             f"{lm.name} has one stack of layers"
         )
-    layers = _chosen(args, lm, list(range(lm.n_layers)))
+    layers = chosen_layers(args, lm, list(range(lm.n_layers)))
     wa = word_attention(lm, args.text, layers=layers)
     word = args.word or _default_word(args.text, wa.alignment)
     wa.alignment.word_index(word)  # a clear error if the word is missing
@@ -186,7 +187,7 @@ def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
     if kind != "encoder" and target is None:
         raise InputError(f"--kind {kind} needs --target TEXT (the sentence the decoder reads)")
     flat = [i for i, h in enumerate(lm.layers) if h.kind == kind]
-    blocks = _chosen(args, lm, list(range(len(flat))), what=f"{kind} layers", flat=flat)
+    blocks = chosen_layers(args, lm, list(range(len(flat))), what=f"{kind} layers", flat=flat)
     if kind == "encoder" and target is None:  # the encoder alone: no decoder run
         lm = text_encoder(lm)
         wa = word_attention(lm, args.text, layers=blocks)
@@ -233,7 +234,7 @@ def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
     return 0
 
 
-def _chosen(
+def chosen_layers(
     args: argparse.Namespace,
     lm: Any,
     layers: list[int],
@@ -261,26 +262,31 @@ def _rows(
     args: argparse.Namespace, lm: Any, wa: Any, word: str, at: dict[int, int]
 ) -> list[dict[str, Any]]:
     """One row per head of the shown layers (``at``: shown layer -> the model's layer)."""
-    rows = []
+    return [
+        {
+            **row,
+            "top": [
+                {"word": w, "weight": round(x, 4)} for w, x in wa.top(layer, head, word, args.top)
+            ],
+            "special": round(wa.special_mass(layer, head, word), 4),
+        }
+        for layer, head, row in each_head(args, lm, at)
+    ]
+
+
+def each_head(
+    args: argparse.Namespace, lm: Any, at: dict[int, int]
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """``(layer, head, row)`` for every ``--head`` (default all) of the shown layers (``at``:
+    shown layer -> the model's layer); ``row`` starts the head's output: layer, head and its
+    unpruned id (a pruned folder's heads keep theirs)."""
     counts = lm.layout.heads_per_layer
-    ids = lm.head_ids()  # a pruned folder's heads keep their unpruned ids
+    ids = lm.head_ids()
     for shown, layer in at.items():
         for head in args.head or range(counts[layer]):
             if head >= counts[layer]:
                 continue  # pruned away in this layer
-            rows.append(
-                {
-                    "layer": shown,
-                    "head": head,
-                    "original_head": ids[layer][head],
-                    "top": [
-                        {"word": w, "weight": round(x, 4)}
-                        for w, x in wa.top(layer, head, word, args.top)
-                    ],
-                    "special": round(wa.special_mass(layer, head, word), 4),
-                }
-            )
-    return rows
+            yield layer, head, {"layer": shown, "head": head, "original_head": ids[layer][head]}
 
 
 def _print(

@@ -65,6 +65,7 @@ def add_image_arguments(p: argparse.ArgumentParser) -> None:
 def run_image(args: argparse.Namespace) -> int:
     """``headlab heads --image FILE``: the options first (quick errors), then the image, the
     model, its image processor, one forward pass."""
+    from headlab.cli.heads import chosen_layers, each_head  # heads.py imports this module
     from headlab.errors import InputError, ModalityError
     from headlab.models.images import open_image, patch_attention, pixel_values
 
@@ -88,38 +89,21 @@ def run_image(args: argparse.Namespace) -> int:
         raise ModalityError(
             f"{exc}: --image needs a vision model folder (ViT, CLIP)", reads=exc.reads
         ) from None
-    layers = args.layer or list(range(lm.n_layers))
-    for layer in layers:
-        if not 0 <= layer < lm.n_layers:
-            raise InputError(
-                f"--layer {layer} out of range: {lm.name} has layers 0..{lm.n_layers - 1}"
-            )
-    counts = lm.layout.heads_per_layer
-    most = max(counts[layer] for layer in layers)
-    for head in args.head or []:
-        if not 0 <= head < most:
-            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
+    layers = chosen_layers(args, lm, list(range(lm.n_layers)))
     pixels = pixel_values(lm.path, image)  # (1, C, image_size, image_size)
     pa = patch_attention(lm, pixels, patch=args.patch, layers=layers)
-    ids = lm.head_ids()
-    rows = []
-    for layer in layers:
-        for head in args.head or range(counts[layer]):
-            if head >= counts[layer]:
-                continue  # pruned away in this layer
-            rows.append(
-                {
-                    "layer": layer,
-                    "head": head,
-                    "original_head": ids[layer][head],
-                    "top": [
-                        {"patch": list(patch), "weight": round(weight, 4)}
-                        for patch, weight in pa.top(layer, head, args.top)
-                    ],
-                    "class": pa.class_share(layer, head),
-                    "grid": pa.patches(layer, head).tolist(),
-                }
-            )
+    rows = [
+        {
+            **row,
+            "top": [
+                {"patch": list(patch), "weight": round(weight, 4)}
+                for patch, weight in pa.top(layer, head, args.top)
+            ],
+            "class": pa.class_share(layer, head),
+            "grid": pa.patches(layer, head).tolist(),
+        }
+        for layer, head, row in each_head(args, lm, {layer: layer for layer in layers})
+    ]
     query = "class token" if args.patch is None else f"patch ({args.patch[0]},{args.patch[1]})"
     if args.json:
         emit_json(

@@ -280,28 +280,23 @@ def encoder_decoder_layouts(config: Mapping[str, Any]) -> dict[str, AttentionLay
     if not isinstance(config, Mapping) or not config.get("is_encoder_decoder"):
         return None
     model_type = str(config.get("model_type") or "unknown")
-    d_model = _positive_int(
-        _require(config, ("d_model", "hidden_size"), "model width"), "model width"
+
+    def count(keys: Sequence[str], what: str, most: int, default: int | None = None) -> int:
+        value = _first(config, keys)
+        if value is None and default is None:
+            raise ConfigError(f"config has no {what} (looked for {', '.join(keys)})")
+        return _positive_int(default if value is None else value, what, most)
+
+    d_model = count(("d_model", "hidden_size"), "model width", MAX_WIDTH)
+    enc_layers = count(("encoder_layers", "num_layers"), "number of encoder layers", MAX_LAYERS)
+    dec_layers = count(
+        ("decoder_layers", "num_decoder_layers"), "number of decoder layers", MAX_LAYERS, enc_layers
     )
-    enc_layers = _positive_int(
-        _require(config, ("encoder_layers", "num_layers"), "number of encoder layers"),
-        "encoder layers",
-        MAX_LAYERS,
+    enc_heads = count(
+        ("encoder_attention_heads", "num_heads"), "number of encoder heads", MAX_HEADS
     )
-    dec_layers = _positive_int(
-        _first(config, ("decoder_layers", "num_decoder_layers")) or enc_layers,
-        "decoder layers",
-        MAX_LAYERS,
-    )
-    enc_heads = _positive_int(
-        _require(config, ("encoder_attention_heads", "num_heads"), "number of encoder heads"),
-        "encoder heads",
-        MAX_HEADS,
-    )
-    dec_heads = _positive_int(
-        _first(config, ("decoder_attention_heads", "num_heads")) or enc_heads,
-        "decoder heads",
-        MAX_HEADS,
+    dec_heads = count(
+        ("decoder_attention_heads", "num_heads"), "number of decoder heads", MAX_HEADS, enc_heads
     )
     explicit = _first(config, ("d_kv", *HEAD_DIM_KEYS))
 

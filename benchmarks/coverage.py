@@ -42,7 +42,7 @@ def _mark(value: object) -> str:
 
 #: what roles (measured on text) say to a model that reads something else
 NOT_TEXT = {
-    "input_features": "no: hears audio (heads: its decoder)",
+    "input_features": "no: hears audio (heads: --audio)",
     "pixel_values": "no: sees images (heads: a patch grid)",
 }
 
@@ -133,7 +133,7 @@ def summary(results: dict[str, dict[str, object]]) -> str:
         "",
         f"`headlab heads` and `headlab roles --model DIR` run end to end on all {len(cli)} text "
         "types (encoder-decoders: roles on the encoder; heads on encoder, decoder and "
-        f"cross-attention); {', '.join(other)}: `headlab heads` only (images, or audio). Refused "
+        f"cross-attention); {', '.join(other)}: `headlab heads` only (`--image`, `--audio`). Refused "
         f"in one line (attention outside transformers' interface): {', '.join(refused)}.",
     ]
     return "\n".join(lines)

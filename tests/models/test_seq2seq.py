@@ -163,7 +163,7 @@ def test_encoder_decoder_mistakes_get_one_line(
 def test_target_on_a_single_stack_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["heads", SOURCE, "--target", TARGET]) == 1
     err = capsys.readouterr().err.strip()
-    assert "--target and --kind go with encoder-decoder models" in err
+    assert "--target, --kind and --audio go with encoder-decoder models" in err
     assert len(err.splitlines()) == 1
 
 

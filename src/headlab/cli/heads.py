@@ -64,6 +64,12 @@ def add_parser(sub: Any) -> None:
         help="the sentence the decoder reads (a translation, a summary...)",
     )
     pair.add_argument(
+        "--audio",
+        type=text("a .wav file"),
+        help="Whisper: the sound its encoder hears (a PCM .wav; the sentence is the "
+        "transcript its decoder reads); cross: where each word listens, in seconds",
+    )
+    pair.add_argument(
         "--kind",
         choices=("encoder", "decoder", "cross"),
         help="which heads (default: cross with --target, else encoder; Whisper: decoder, on "
@@ -135,6 +141,13 @@ def run(args: argparse.Namespace) -> int:
     for name in TRACE_ONLY:
         if getattr(args, name):
             raise InputError(f"--{name.replace('_', '-')} goes with --trace")
+    sound = None
+    if args.audio is not None:  # before the model loads
+        from headlab.models.audio import read_wav
+
+        if args.text is None:
+            raise InputError("--audio needs the transcript: headlab heads 'TEXT' --audio FILE")
+        sound = read_wav(args.audio)
     if args.text is None:
         args.text = LESSON_SENTENCE
     if not args.verbose:
@@ -145,11 +158,11 @@ def run(args: argparse.Namespace) -> int:
     from headlab.models.seq2seq import is_encoder_decoder
 
     if is_encoder_decoder(lm):
-        return run_seq2seq(args, lm)
-    if args.target or args.kind:
+        return run_seq2seq(args, lm, sound)
+    if args.target or args.kind or sound is not None:
         raise InputError(
-            f"--target and --kind go with encoder-decoder models (T5, BART, Marian...); "
-            f"{lm.name} has one stack of layers"
+            f"--target, --kind and --audio go with encoder-decoder models (T5, BART, "
+            f"Whisper...); {lm.name} has one stack of layers"
         )
     layers = chosen_layers(args, lm, list(range(lm.n_layers)))
     wa = word_attention(lm, args.text, layers=layers)
@@ -163,19 +176,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
+def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
     """An encoder-decoder: the encoder's heads on the sentence, or the decoder's self- and
-    cross-attention heads on ``--target``."""
+    cross-attention heads on ``--target``; Whisper's on its transcript and ``--audio``."""
     from headlab.errors import InputError
     from headlab.models import word_attention
     from headlab.models.analysis import seq2seq_attention
     from headlab.models.seq2seq import reads_audio, text_encoder
 
     audio = reads_audio(lm)
-    kind = args.kind or ("decoder" if audio else "cross" if args.target else "encoder")
-    if audio and kind != "decoder":
+    if sound is not None and not audio:
+        raise InputError(f"--audio goes with models that hear (Whisper); {lm.name} reads text")
+    heard = sound is not None
+    default = "cross" if heard or (args.target and not audio) else "decoder" if audio else "encoder"
+    kind = args.kind or default
+    if audio and not heard and kind != "decoder":
         raise InputError(
-            f"{lm.name} hears audio: its {kind} heads need sound, which headlab does not read; "
+            f"{lm.name} hears audio: its {kind} heads need sound (--audio FILE.wav); "
             "--kind decoder shows its decoder's heads on the text"
         )
     if audio and args.target:
@@ -188,7 +205,10 @@ def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
         raise InputError(f"--kind {kind} needs --target TEXT (the sentence the decoder reads)")
     flat = [i for i, h in enumerate(lm.layers) if h.kind == kind]
     blocks = chosen_layers(args, lm, list(range(len(flat))), what=f"{kind} layers", flat=flat)
-    if kind == "encoder" and target is None:  # the encoder alone: no decoder run
+    if heard:  # the encoder's "words" are moments of time
+        wa = seq2seq_attention(lm, None, target, layers=[flat[b] for b in blocks], sound=sound)
+        at = {block: flat[block] for block in blocks}
+    elif kind == "encoder" and target is None:  # the encoder alone: no decoder run
         lm = text_encoder(lm)
         wa = word_attention(lm, args.text, layers=blocks)
         at = {block: block for block in blocks}
@@ -219,13 +239,19 @@ def run_seq2seq(args: argparse.Namespace, lm: Any) -> int:
         )
         return 0
     side = {"encoder": "source", "decoder": "target", "cross": "source"}[kind]
+    if heard and kind != "decoder":
+        side = "the sound's moments"
     _print(
         args,
         rows,
-        title=f"{lm.name}: where {word!r} attends ({kind} attention, to {side} words)",
+        title=f"{lm.name}: where {word!r} attends ({kind} attention, to {side}"
+        + ("" if side.startswith("the") else " words")
+        + ")",
         caption=(
             args.text
             if target is None
+            else f"source: {args.audio} ({sound.seconds:.2f} s)\ntranscript: {target}"
+            if heard
             else f"source: (silence)\ntarget: {target}"
             if audio
             else f"source: {args.text}\ntarget: {target}"

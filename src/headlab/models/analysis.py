@@ -75,17 +75,23 @@ def word_attention(
 
 
 def seq2seq_attention(
-    lm: LoadedModel, source: str, target: str, *, layers: Iterable[int] | None = None
+    lm: LoadedModel,
+    source: str | None,
+    target: str,
+    *,
+    layers: Iterable[int] | None = None,
+    sound: object = None,
 ) -> WordAttention:
     """An encoder-decoder run once on ``source`` (encoder) and ``target`` (read by the decoder
     after its start token): word-level attention of ``layers`` (default all). Encoder layers
     are source x source, decoder self-attention target x target, cross-attention target x
     source (where each target word's attention goes among the source words). A target word's
     row is the position where the decoder reads it, as for any word (translation-alignment
-    studies often read the row before it, which predicts the word)."""
+    studies often read the row before it, which predicts the word). Whisper hears ``sound``
+    (:class:`~headlab.models.audio.Sound`): its source words are moments of time."""
     from headlab.models.seq2seq import seq2seq_inputs
 
-    inputs, source_words, target_words = seq2seq_inputs(lm, source, target)
+    inputs, source_words, target_words = seq2seq_inputs(lm, source, target, sound=sound)
     with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:
         lm.model(**inputs)
     sides = {

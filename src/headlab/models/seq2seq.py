@@ -90,12 +90,24 @@ def target_alignment(lm: LoadedModel, target: str) -> tuple[Alignment, torch.Ten
 
 
 def seq2seq_inputs(
-    lm: LoadedModel, source: str, target: str
+    lm: LoadedModel, source: str | None, target: str, *, sound: Any = None
 ) -> tuple[dict[str, Any], Alignment, Alignment]:
     """One forward's inputs: ``source`` through the encoder, ``target`` read by the decoder;
-    with the source's and the target's word alignments. Whisper's encoder gets a silent (zero)
-    spectrogram: its decoder heads read the text, its cross-attention has nothing to show."""
+    with the source's and the target's word alignments. Whisper hears ``sound``
+    (:class:`~headlab.models.audio.Sound`; its source words are moments of time), or else a
+    silent (zero) spectrogram: its decoder heads read the text, its cross-attention has
+    nothing to show."""
     target_words, decoder_ids = target_alignment(lm, target)
+    if reads_audio(lm) and sound is not None:
+        from headlab.models.audio import features as heard_features
+        from headlab.models.audio import time_alignment
+
+        heard, real, seconds = heard_features(lm.path, sound, lm.device)
+        positions = heard.shape[-1] // 2  # the encoder's convolutions halve the frames
+        inputs = {"input_features": heard, "decoder_input_ids": decoder_ids}
+        return inputs, time_alignment(positions, real, seconds), target_words
+    if sound is not None:
+        raise InputError(f"{lm.name} reads text, not sound")
     if reads_audio(lm):
         config = lm.model.config
         frames = 2 * int(config.max_source_positions)
@@ -106,6 +118,8 @@ def seq2seq_inputs(
         )  # fmt: skip
         inputs = {"input_features": features, "decoder_input_ids": decoder_ids}
         return inputs, source_words, target_words
+    if source is None:
+        raise InputError(f"{lm.name} needs a source sentence")
     source_words = align(lm.tokenizer, text=source, max_tokens=lm.max_positions)
     inputs = encode(lm, [source_words.text])
     inputs["decoder_input_ids"] = decoder_ids

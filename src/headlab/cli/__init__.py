@@ -77,7 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HeadlabError as exc:
         if args.verbose:
             raise
-        print(f"headlab: error: {exc}", file=sys.stderr)
+        # one write: under torchrun every rank says it, and print's two writes (the text, then
+        # the newline) from two processes could interleave into one line
+        sys.stderr.write(f"headlab: error: {exc}\n")
+        sys.stderr.flush()
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("headlab: interrupted", file=sys.stderr)

@@ -25,9 +25,10 @@ from headlab.errors import (
 from headlab.models import hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.dispatch import Placement, empty_model, main_device, resolve
+from headlab.models.folder import check_folder, check_loading_info
 from headlab.models.interface import implementation_for, register
 from headlab.models.pruned import PRUNED_KEY
-from headlab.spec.layout import AttentionLayout, layout_from_config, read_config
+from headlab.spec.layout import AttentionLayout, layout_from_config
 
 logger = logging.getLogger(__name__)
 
@@ -255,87 +256,6 @@ def wrap(
     )
 
 
-def _check_folder(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ModelLoadError(f"model folder {path} does not exist")
-    if not path.is_dir():
-        raise ModelLoadError(f"{path} is not a folder (expected a Hugging Face model folder)")
-    config = read_config(path)  # raises on a missing or malformed config.json
-    if not any(path.glob("*.safetensors")):
-        pickles = sorted(p.name for p in path.glob("*.bin")) + sorted(
-            p.name for p in path.glob("*.pt")
-        )
-        if pickles:
-            raise ModelLoadError(
-                f"{path} holds only pickle checkpoints ({', '.join(pickles)}); headlab loads "
-                "safetensors only, as pickle files can run code on load (convert them first)"
-            )
-        raise ModelLoadError(f"{path} has no *.safetensors weights")
-    return config
-
-
-#: modules a folder may lack: headlab never reads them (the pooler of BERT-like encoders)
-OPTIONAL_MODULES = ("pooler",)
-
-
-def _first(keys: list[str], n: int = 3) -> str:
-    more = f" and {len(keys) - n} more" if len(keys) > n else ""
-    return ", ".join(keys[:n]) + more
-
-
-def check_loading_info(folder: Path, model: Any, info: dict[str, Any]) -> None:
-    """Refuse weights that do not fit the config: transformers fills a missing weight with
-    random numbers and drops an unexpected one, both silently.
-
-    A weight the config's model needs and the folder lacks is an error (weights tied to
-    another, like a GPT-2 ``lm_head``, are not reported missing by transformers); so is a
-    weight the folder holds for a module of the model that the config does not build (a layer
-    beyond ``n_layer``, say). Weights of a task head the model does not load (BERT's ``cls.*``
-    under :class:`AutoModel`) and a missing pooler are fine: headlab reads neither.
-
-    Raises:
-        ModelLoadError: naming the first few keys and what the config says.
-    """
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    base = getattr(model, "base_model", model)
-    children = {name for name, _ in base.named_children()} | {
-        name for name, _ in model.named_children()
-    }
-
-    def module_of(key: str) -> str:
-        parts = key.split(".")
-        if prefix and parts[0] == prefix and len(parts) > 1:
-            parts = parts[1:]
-        return parts[0]
-
-    missing = sorted(
-        k for k in info.get("missing_keys", ()) if module_of(k) not in OPTIONAL_MODULES
-    )
-    unexpected = sorted(
-        k
-        for k in info.get("unexpected_keys", ())
-        if module_of(k) in children and module_of(k) != prefix
-    )
-    mismatched = [str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys", ())]
-    config = folder / "config.json"
-    if missing:
-        raise ModelLoadError(
-            f"{folder}: the weights lack {len(missing)} tensor(s) that {config.name} asks for "
-            f"({_first(missing)}); the config does not match the weights (layer or head counts?)"
-        )
-    if unexpected:
-        raise ModelLoadError(
-            f"{folder}: the weights hold {len(unexpected)} tensor(s) that {config.name} has no "
-            f"place for ({_first(unexpected)}); the config does not match the weights "
-            "(layer or head counts?)"
-        )
-    if mismatched:
-        raise ModelLoadError(
-            f"{folder}: {len(mismatched)} weight(s) have other shapes than {config.name} "
-            f"gives ({_first(sorted(mismatched))})"
-        )
-
-
 #: the input a model's forward takes for each kind of data
 INPUTS = {"text": "input_ids", "images": "pixel_values", "audio": "input_features"}
 #: where a dual encoder's config keeps the config of the tower that reads each kind
@@ -436,7 +356,7 @@ def load(
         raise ModelLoadError(
             f"--revision {revision!r} applies to cached model names, not to the folder {folder}"
         )
-    config_dict = _check_folder(folder)
+    config_dict = check_folder(folder)
     model_type = config_dict.get("model_type") or "unknown"
     try:
         layout_from_config(config_dict)

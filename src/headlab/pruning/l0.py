@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -198,6 +199,26 @@ def batches(lm: LoadedModel, metric: Metric, generator: torch.Generator) -> Iter
         yield from shuffled(metric, generator).loss_batches(lm)
 
 
+@contextmanager
+def training_only(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> Iterator[None]:
+    """Gradients for ``params`` alone while the block runs (the model's other weights frozen),
+    under ``torch.enable_grad``; every ``requires_grad`` flag as it was afterwards, errors
+    included, and the trained parameters' gradients dropped."""
+    everything = list(model.parameters())
+    flags = [p.requires_grad for p in everything]
+    keep = {id(p) for p in params}
+    for p in everything:
+        p.requires_grad_(id(p) in keep)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        for p, flag in zip(everything, flags, strict=True):
+            p.requires_grad_(flag)
+        for p in params:
+            p.grad = None
+
+
 def units_of(lm: LoadedModel) -> list[tuple[int, list[int]]]:
     """Gate units: single heads under MHA, whole KV groups (with their query heads) under GQA."""
     from headlab.pruning.progressive import units_of as units
@@ -236,14 +257,10 @@ def train_gates(
     width = max(lm.layout.heads_per_layer)
     current = {"gates": torch.ones(lm.n_layers, width, device=device)}
     optimiser = torch.optim.Adam([log_alpha], lr=config.lr)
-    params = list(lm.model.parameters())
-    flags = [p.requires_grad for p in params]
-    for p in params:
-        p.requires_grad_(False)
     handles = gate_hooks(lm, lambda: current["gates"])
     losses: list[float] = []
     try:
-        with torch.enable_grad():
+        with training_only(lm.model, []):  # the model's weights frozen: only the gates learn
             stream = batches(lm, data, generator)
             for step in range(1, config.steps + 1):
                 z = sample_gates(log_alpha, generator)  # (U,)
@@ -260,8 +277,6 @@ def train_gates(
     finally:
         for h in handles:
             h.remove()
-        for p, flag in zip(params, flags, strict=True):
-            p.requires_grad_(flag)
     alpha = log_alpha.detach().double().cpu()
     logger.info(
         "L0 gates: %d of %d units closed", int((deterministic_gates(alpha) <= 0).sum()), len(units)

@@ -19,7 +19,7 @@ import torch
 
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
-from headlab.pruning.l0 import batches, check_batches
+from headlab.pruning.l0 import batches, check_batches, training_only
 from headlab.pruning.metrics import Metric
 
 
@@ -74,32 +74,21 @@ def recover(lm: LoadedModel, data: Metric, config: RecoveryConfig) -> Recovery:
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(config.seed)
     params = trainable(lm)
-    everything = list(lm.model.parameters())
-    flags = [p.requires_grad for p in everything]
-    keep = {id(p) for p in params}
-    for p in everything:
-        p.requires_grad_(id(p) in keep)
     optimiser = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     warmup = max(1, config.steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimiser, lambda step: min(1.0, (step + 1) / warmup)
     )
     losses: list[float] = []
-    try:
-        with torch.enable_grad():
-            stream = batches(lm, data, generator)
-            for _ in range(config.steps):
-                loss = next(stream)
-                optimiser.zero_grad()
-                loss.backward()
-                optimiser.step()
-                schedule.step()
-                losses.append(float(loss.detach()))
-    finally:
-        for p, flag in zip(everything, flags, strict=True):
-            p.requires_grad_(flag)
-        for p in params:
-            p.grad = None
+    with training_only(lm.model, params):
+        stream = batches(lm, data, generator)
+        for _ in range(config.steps):
+            loss = next(stream)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            schedule.step()
+            losses.append(float(loss.detach()))
     return Recovery(
         steps=config.steps,
         seconds=time.perf_counter() - start,

@@ -104,6 +104,7 @@ def test_each_word_listens_as_eager_says(
     args = ["--word", "cat", "--json"]
     out = _cli(capsys, "heads", TEXT, "--model", str(folder), "--audio", str(wav), *args)
     assert out["attention"] == "cross" and len(out["heads"]) == 2 * 4
+    assert out["audio"] == str(wav) and out["seconds"] == 0.5
     real = math.ceil(len(samples) / (2 * HOP))  # 4 positions of sound, then silence
     # "cat" is the second word the decoder reads: after the start token, [CLS] and "The"
     from transformers import AutoTokenizer

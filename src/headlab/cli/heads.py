@@ -232,6 +232,7 @@ def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
                 "model": lm.name,
                 "text": args.text,
                 "target": target,
+                **({"audio": args.audio, "seconds": round(sound.seconds, 3)} if heard else {}),
                 "attention": kind,
                 "word": word,
                 "heads": rows,

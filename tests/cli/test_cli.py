@@ -25,6 +25,14 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "argument --context: expected an integer" in err
     assert err.count("\n") == 1 and err.startswith("headlab spec: error: ")  # one line
     assert "(see headlab spec --help)" in err
+    assert main(["spec", "--bogus"]) == 2  # an unknown flag is named by its command
+    assert capsys.readouterr().err.startswith(
+        "headlab spec: error: unrecognized arguments: --bogus"
+    )
+    assert main(["experiment", "one-vs-many", "--width", "7"]) == 1  # cost's flag, not run
+    assert "--width: for `headlab experiment cost` only" in capsys.readouterr().err
+    assert main(["spec", "gpt2", "-v", "--json"]) == 0  # -v after the command, as -q
+    capsys.readouterr()
     assert main([]) == 2
 
 

@@ -157,7 +157,7 @@ def test_sound_mistakes_get_one_line(
         (["heads", TEXT, "--audio", str(tmp_path / "none.wav")], "no sound file at"),
         (
             ["heads", TEXT, "--audio", str(long)],
-            "the sound is 2.00 s long; this model hears 1.00 s",
+            "the sound is 2.000 s long; this model hears 1.000 s",
         ),
         (["heads", "--audio", str(long)], "--audio needs the transcript"),
     ]
@@ -167,3 +167,25 @@ def test_sound_mistakes_get_one_line(
         assert len(err.splitlines()) == 1 and message in err, err
     assert main(["heads", TEXT, "--model", str(bart), "--audio", str(long)]) == 1
     assert "--audio goes with models that hear (Whisper)" in capsys.readouterr().err
+
+
+def test_moments_by_any_time_and_halves_of_precision(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--word 0.3s`` is the position holding 0.3 s (0.25-0.375 s here); a moment after the
+    sound, or a moment where rows are words, is one line; a bfloat16 model hears the same."""
+    wav = str(_wav(tmp_path / "tone.wav", _tone(0.5)))
+    base = ["heads", TEXT, "--model", str(folder), "--audio", wav, "--json"]
+    out = _cli(capsys, *base, "--kind", "encoder", "--word", "0.3s")
+    assert out["word"] == "0.25s"
+    for extra, message in (
+        (["--kind", "encoder", "--word", "0.9s"], "past the end of the sound (0.500 s)"),
+        (["--word", "0.3s"], "is a moment of the sound: --kind encoder"),
+    ):
+        assert main([*base, *extra]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err
+    full = _cli(capsys, *base)
+    half = _cli(capsys, *base, "--dtype", "bfloat16")
+    for a, b in zip(full["heads"], half["heads"], strict=True):
+        assert abs(a["top"][0]["weight"] - b["top"][0]["weight"]) < 0.03

@@ -47,18 +47,35 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         command.add_parser(sub)
     for command_parser in sub.choices.values():
-        # SUPPRESS: the command's own default would overwrite a --quiet given before its name
+        # SUPPRESS: the command's own default would overwrite a flag given before its name
         command_parser.add_argument(
             "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=quiet
         )
+        command_parser.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="log progress and show tracebacks",
+        )
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse keeps the subcommands in this action only
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the command they were given to, not by `headlab`
+            command = _subparsers(parser).get(getattr(args, "command", None) or "", parser)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse exits 0 for --help/--version, 2 for usage errors
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     if args.command is None:

@@ -77,11 +77,30 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+#: the flags of ``cost`` alone, and of ``one-vs-many`` alone: given to the other, one line
+COST_ONLY = ("width", "heads", "lengths", "batch", "rounds", "no_backward", "figure")
+GRID_ONLY = ("data",)
+
+
+def _refuse(args: argparse.Namespace, names: tuple[str, ...], owner: str) -> None:
+    from headlab.errors import InputError
+
+    given = [
+        f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) not in (None, False)
+    ]
+    if owner == "one-vs-many" and args.setting != "small":
+        given.append("--setting")
+    if given:
+        raise InputError(f"{', '.join(given)}: for `headlab experiment {owner}` only")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.name == "cost":
         from headlab.cli import experiment_cost
 
+        _refuse(args, GRID_ONLY, "one-vs-many")
         return experiment_cost.run(args)
+    _refuse(args, COST_ONLY, "cost")
     from headlab.cli._model import model_device
     from headlab.cli._progress import progress_for
     from headlab.training.experiment import GridConfig, one_vs_many

@@ -197,8 +197,8 @@ def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
         )
     if audio and args.target:
         raise InputError(
-            f"{lm.name}'s decoder reads the sentence itself (its encoder hears silence): give "
-            "the text without --target"
+            f"{lm.name}'s decoder reads the sentence itself, as the transcript of the sound: "
+            "give the text without --target"
         )
     target = args.text if audio else args.target
     if kind != "encoder" and target is None:
@@ -216,14 +216,23 @@ def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
         wa = seq2seq_attention(lm, args.text, target, layers=[flat[b] for b in blocks])
         at = {block: flat[block] for block in blocks}
     queries = wa.words_of(next(iter(at.values())))[0]
+    word = args.word
+    if heard and word is not None and _seconds(word) is not None:
+        if kind != "encoder":
+            raise InputError(
+                f"{word!r} is a moment of the sound: --kind encoder shows where moments attend; "
+                f"{kind} rows are the transcript's words"
+            )
+        word = _moment(word, queries, lm.path, sound)
     try:
-        word = args.word or _default_word(queries.text, queries)
+        word = word or _default_word(queries.text, queries)
         queries.word_index(word)  # a clear error if the word is missing
     except InputError as exc:
         if kind == "encoder":
             raise
+        what = "transcript" if audio else "target"
         raise InputError(
-            f"{exc} (the target's: {kind} rows are the words the decoder reads)"
+            f"{exc} (the {what}'s: {kind} rows are the words the decoder reads)"
         ) from None
     rows = [{"attention": kind, **row} for row in _rows(args, lm, wa, word, at)]
     if args.json:
@@ -240,11 +249,13 @@ def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
         )
         return 0
     side = {"encoder": "source", "decoder": "target", "cross": "source"}[kind]
+    keys = ("words", "special tokens")
     if heard and kind != "decoder":
-        side = "the sound's moments"
+        side, keys = "the sound's moments", ("moments", "silence (padding)")
     _print(
         args,
         rows,
+        keys=keys,
         title=f"{lm.name}: where {word!r} attends ({kind} attention, to {side}"
         + ("" if side.startswith("the") else " words")
         + ")",
@@ -253,12 +264,37 @@ def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
             if target is None
             else f"source: {args.audio} ({sound.seconds:.2f} s)\ntranscript: {target}"
             if heard
-            else f"source: (silence)\ntarget: {target}"
+            else f"source: (silence)\ntranscript: {target}"
             if audio
             else f"source: {args.text}\ntarget: {target}"
         ),
     )
     return 0
+
+
+def _seconds(word: str) -> float | None:
+    """``"1.2s"``, ``"1.2"``: a moment in seconds; ``None`` for a word."""
+    text = word[:-1] if word.endswith("s") else word
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0 and text.replace(".", "", 1).isdigit() else None
+
+
+def _moment(word: str, positions: Any, folder: Any, sound: Any) -> str:
+    """The label of the encoder position that holds moment ``word`` of the sound."""
+    import json as json_module
+
+    from headlab.errors import InputError
+
+    config = json_module.loads((folder / "preprocessor_config.json").read_text())
+    step = 2 * int(config["hop_length"]) / int(config["sampling_rate"])  # seconds a position
+    at = _seconds(word) or 0.0
+    index = int(at / step + 1e-9)
+    if at >= sound.seconds or index >= len(positions.words) or positions.is_special[index]:
+        raise InputError(f"{word!r} is past the end of the sound ({sound.seconds:.3f} s)")
+    return str(positions.words[index])
 
 
 def chosen_layers(
@@ -317,12 +353,18 @@ def each_head(
 
 
 def _print(
-    args: argparse.Namespace, rows: list[dict[str, Any]], *, title: str, caption: str
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    *,
+    title: str,
+    caption: str,
+    keys: tuple[str, str] = ("words", "special tokens"),
 ) -> None:
+    """The table of heads; ``keys``: what the attended items and the apart share are."""
     from rich.table import Table
 
     table = Table(title=title, caption=caption)
-    for col in ("layer", "head", f"top {args.top} words (weight)", "to special tokens"):
+    for col in ("layer", "head", f"top {args.top} {keys[0]} (weight)", f"to {keys[1]}"):
         table.add_column(col)
     for r in rows:
         words = ", ".join(f"{t['word']} {t['weight']:.2f}" for t in r["top"])

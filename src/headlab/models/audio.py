@@ -51,6 +51,10 @@ def read_wav(path: str | Path) -> Sound:
             width, channels, rate = f.getsampwidth(), f.getnchannels(), f.getframerate()
             raw = f.readframes(f.getnframes())
     except (wave.Error, EOFError) as exc:
+        if "unknown format: 3" in str(exc):
+            raise InputError(
+                f"{path} holds floating-point samples; headlab reads integer PCM"
+            ) from None
         why = f" ({exc})" if str(exc) else ""
         raise InputError(f"{path} is not a PCM WAV file{why}") from None
     kinds = {1: (np.uint8, 128.0, 128.0), 2: (np.int16, 0.0, 32768.0), 4: (np.int32, 0.0, 2.0**31)}
@@ -75,12 +79,16 @@ def features(folder: Path, sound: Sound, device: Any) -> tuple[torch.Tensor, int
     """
     from transformers import AutoFeatureExtractor
 
+    if not (folder / "preprocessor_config.json").is_file():
+        raise ModelLoadError(
+            f"{folder} has no preprocessor_config.json (the feature extractor that turns sound "
+            "into the model's log-mel frames)"
+        )
     try:
         extractor = AutoFeatureExtractor.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{folder}: no feature extractor for sound (preprocessor_config.json: {exc})"
-        ) from None
+        detail = " ".join(str(exc).split())[:200]
+        raise ModelLoadError(f"{folder}: cannot read its feature extractor ({detail})") from None
     rate = int(extractor.sampling_rate)
     samples = sound.samples
     if sound.rate != rate:  # linear interpolation onto the extractor's clock
@@ -89,8 +97,8 @@ def features(folder: Path, sound: Sound, device: Any) -> tuple[torch.Tensor, int
     window = int(extractor.n_samples)
     if len(samples) > window:
         raise InputError(
-            f"the sound is {sound.seconds:.2f} s long; this model hears {window / rate:.2f} s at "
-            "a time (cut it: headlab does not truncate silently)"
+            f"the sound is {len(samples) / rate:.3f} s long; this model hears {window / rate:.3f} s "
+            "at a time (cut it: headlab does not truncate silently)"
         )
     out = extractor(samples.astype(np.float32), sampling_rate=rate, return_tensors="pt")
     per_position = 2 * int(extractor.hop_length)  # the encoder's convolutions halve the frames

@@ -126,7 +126,8 @@ def dummy_inputs(model: Any, n_tokens: int = 5) -> dict[str, torch.Tensor]:
     for an encoder-decoder), an image for a vision model, a spectrogram for Whisper."""
     config = model.config
     params = inspect.signature(model.forward).parameters
-    device = next(model.parameters()).device
+    first = next(model.parameters())
+    device, dtype = first.device, first.dtype  # images and sound in the model's precision
     inputs: dict[str, torch.Tensor] = {}
     text = getattr(config, "text_config", None) or config
     vocab = int(getattr(text, "vocab_size", 0) or 0)
@@ -143,11 +144,11 @@ def dummy_inputs(model: Any, n_tokens: int = 5) -> dict[str, torch.Tensor]:
         size = getattr(vision, "image_size", 32)
         size = size if isinstance(size, int) else int(size[0])
         channels = getattr(vision, "num_channels", 3)
-        inputs["pixel_values"] = torch.zeros(1, channels, size, size, device=device)
+        inputs["pixel_values"] = torch.zeros(1, channels, size, size, device=device, dtype=dtype)
     if "input_features" in params:
         mels = getattr(config, "num_mel_bins", 80)
         frames = 2 * getattr(config, "max_source_positions", 1500)
-        inputs["input_features"] = torch.zeros(1, mels, frames, device=device)
+        inputs["input_features"] = torch.zeros(1, mels, frames, device=device, dtype=dtype)
     return inputs
 
 

@@ -75,8 +75,9 @@ def target_alignment(lm: LoadedModel, target: str) -> tuple[Alignment, torch.Ten
     if limit is not None and len(ids) + 1 > limit:
         from headlab.errors import TooLongError
 
+        what = "transcript" if reads_audio(lm) else "target"
         raise TooLongError(
-            f"the target is {len(ids) + 1} tokens long with the start token; {lm.name} takes "
+            f"the {what} is {len(ids) + 1} tokens long with the start token; {lm.name} takes "
             f"at most {limit} (shorten it: headlab does not truncate silently)"
         )
     alignment = Alignment(
@@ -103,6 +104,7 @@ def seq2seq_inputs(
         from headlab.models.audio import time_alignment
 
         heard, real, seconds = heard_features(lm.path, sound, lm.device)
+        heard = heard.to(lm.dtype)  # the model's precision (float16, bfloat16...)
         positions = heard.shape[-1] // 2  # the encoder's convolutions halve the frames
         inputs = {"input_features": heard, "decoder_input_ids": decoder_ids}
         return inputs, time_alignment(positions, real, seconds), target_words
@@ -111,7 +113,9 @@ def seq2seq_inputs(
     if reads_audio(lm):
         config = lm.model.config
         frames = 2 * int(config.max_source_positions)
-        features = torch.zeros(1, int(config.num_mel_bins), frames, device=lm.device)
+        features = torch.zeros(
+            1, int(config.num_mel_bins), frames, device=lm.device, dtype=lm.dtype
+        )
         source_words = Alignment(
             words=("<audio>",), is_special=(True,), token_to_word=(0,), word_spans=((-1, -1),),
             text="",

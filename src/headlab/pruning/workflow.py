@@ -164,7 +164,8 @@ def run_pruning(
     scorer = None
     fraction, step = options.fraction, options.step
     if options.importance == "l0":
-        assert data is not None
+        if data is None:  # training_data ran above for l0
+            raise RuntimeError("L0 gates need training data")
         gates = methods.train_l0(lm, data, options, progress=progress)
         scorer = methods.gate_scorer(gates)
         removed, layer_notes = gates.kept_set(lm.n_layers)
@@ -201,7 +202,8 @@ def run_pruning(
     if fraction is None:
         recovered = []
         if options.recover is not None:
-            assert data is not None
+            if data is None:  # training_data ran above for --recover
+                raise RuntimeError("recovery needs training data")
             recovered = methods.recover_points(
                 lm, search, evaluation, data, options, progress=progress
             )

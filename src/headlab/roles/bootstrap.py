@@ -138,7 +138,8 @@ class Sums:
         for part in parts.values():
             part = part.to(self.device)
             total = part if total is None else total.to(self.device) + part
-        assert total is not None
+        if total is None:  # parts is not empty: the loop ran
+            raise RuntimeError(f"no part of {name!r} to gather")
         self.values[name] = total
 
     def gather(self) -> Sums:

@@ -148,7 +148,8 @@ class Adapter:
             raise PruningError(reason)
         h = self.handles[layer]
         qkv = h.qkv
-        assert qkv is not None  # prunable() checked
+        if qkv is None:  # prunable() said why above; this cannot happen
+            raise PruningError(f"layer {layer}: no query/key/value projections found")
         n_heads, n_kv, d = self.head_counts[layer]
         q_rows, kv_rows = head_rows(keep, d), head_rows(keep_kv, d)
         if qkv.layout == "separate":

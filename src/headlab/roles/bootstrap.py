@@ -1,9 +1,13 @@
 """Sums over sentences, for the whole corpus and for bootstrap resamples at once.
 
-Every role statistic is a ratio of sums over sentences. Resampling sentences with replacement is
-approximated by the Poisson bootstrap (each sentence enters each replicate ``Poisson(1)`` times;
-Hanley & MacGibbon 2006): weights are fixed per sentence and seed, so each replicate's sums are
+Every role statistic is a ratio of sums over sentences. Resampling with replacement is
+approximated by the Poisson bootstrap (each unit enters each replicate ``Poisson(1)`` times;
+Hanley & MacGibbon 2006): weights are fixed per item and seed, so each replicate's sums are
 accumulated in the same single pass, in any batch order, and memory does not grow with the corpus.
+The unit is the document when items carry one (``clusters``: UD documents, GAP's source pages):
+all the sentences of a document enter a replicate together, as they would in another sample of
+documents. Sentences of one document share topic, style and words, so resampling them one by one
+shows less variation than new text brings (the cluster bootstrap; Davison & Hinkley 1997, 3.8).
 Replicate 0 is the corpus itself (all weights 1). With ``folds``, rows 1..K come next: fold ``k``'s
 sums (weight 1 for its items, 0 for the others), so roles assigned on each fold of documents
 (:mod:`headlab.roles.folds`) come out of the same pass too; the bootstrap rows follow them.
@@ -16,7 +20,7 @@ on every device.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -33,13 +37,21 @@ class Sums:
         device: torch.device | str = "cpu",
         folds: Sequence[int] | None = None,
         n_folds: int = 0,
+        clusters: Sequence[Hashable] | None = None,
     ) -> None:
         device = torch.device(device)
         if device.type == "mps":  # no float64 there: the sums stay on the CPU
             device = torch.device("cpu")
         self.device = device
         gen = torch.Generator().manual_seed(seed)
-        weights = torch.poisson(torch.ones(n_items, replicates), generator=gen)
+        if clusters is None:  # each item is its own unit
+            weights = torch.poisson(torch.ones(n_items, replicates), generator=gen)
+        else:
+            if len(clusters) != n_items:
+                raise ValueError("clusters must give one document per item")
+            index: dict[Hashable, int] = {}
+            ids = torch.tensor([index.setdefault(c, len(index)) for c in clusters])
+            weights = torch.poisson(torch.ones(len(index), replicates), generator=gen)[ids]
         fold_weights = torch.zeros(n_items, n_folds)
         if n_folds:
             if folds is None or len(folds) != n_items:

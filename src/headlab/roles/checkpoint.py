@@ -150,6 +150,7 @@ def fingerprint(
         h.update(b"\0")
 
     add(["options", asdict(options), "part", list(part), "device", str(lm.device)])
+    add(["bootstrap over documents"])  # sums of the item-level bootstrap do not resume here
     config = lm.model.config.to_json_string(use_diff=False)
     add(["model", lm.name, config])
     with torch.no_grad():
@@ -157,9 +158,9 @@ def fingerprint(
             total = None if p.device.type == "meta" else float(p.sum(dtype=torch.float64))
             add([name, list(p.shape), str(p.dtype), total])
     for s in treebank:
-        add([s.words, s.heads, s.relations])
+        add([s.words, s.heads, s.relations, s.doc_id or s.sent_id])  # documents: folds, bootstrap
     if gap is not None:
         for e in gap.examples:
-            add([e.text, e.pronoun, e.candidates, e.answer])
+            add([e.text, e.pronoun, e.candidates, e.answer, e.source or e.id])
     add(sorted(frequencies.items()))
     return h.hexdigest()

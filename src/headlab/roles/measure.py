@@ -105,7 +105,16 @@ def measure_roles(
         if k and folds is None:  # no documents (random induction sequences): round robin
             folds = [i % k for i in range(n)]
         # the statistics run where the model is; each corpus's sums come to the CPU once
-        return Sums(n, options.replicates, seed, device=lm.device, folds=folds, n_folds=k)
+        # the bootstrap resamples documents (all of a document's items together), not items
+        return Sums(
+            n,
+            options.replicates,
+            seed,
+            device=lm.device,
+            folds=folds,
+            n_folds=k,
+            clusters=documents,
+        )
 
     part = distributed.part()
     tb_docs = [s.doc_id or s.sent_id for s in treebank]

@@ -44,14 +44,18 @@ def syntactic_choice(
     relations: Sequence[str],
     present: torch.Tensor,
     thresholds: Thresholds,
+    *,
+    decide_on: slice = slice(0, 1),
 ) -> dict[str, torch.Tensor]:
     """Each head's deciding relation x direction, in every row, from :func:`syntactic.scores`.
 
     A relation x direction is *tested* when the relation is in
     :data:`~headlab.roles.probes.syntactic.RELATION_SET` and has at least
-    ``min_relation_count`` arcs in that row; every tested one of every present head is one
-    exact McNemar test against the baseline on the same arcs, and each row's tests are one
-    Benjamini-Hochberg family (their p and q go into ``syn``). A head *clears* the syntactic bar
+    ``min_relation_count`` arcs in every row of ``decide_on`` (the whole data, or with folds
+    each fold), the same relations in every row: a role the whole data names on a relation
+    too rare to be judged in a fold could never be confirmed by the folds. Every tested one of
+    every present head is one exact McNemar test against the baseline on the same arcs, and
+    each row's tests are one Benjamini-Hochberg family (their p and q go into ``syn``). A head *clears* the syntactic bar
     on a relation when its accuracy beats the baseline by ``syntactic_margin`` and q is below
     ``significance``. The deciding relation is the widest margin among those cleared, else the
     widest among those tested (shown, not cleared).
@@ -60,7 +64,8 @@ def syntactic_choice(
     ``accuracy`` (NaN when nothing was tested), ``baseline``, ``p``, ``q``, ``hits``, ``count``.
     """
     in_set = torch.tensor([r in syntactic.RELATION_SET for r in relations], dtype=torch.bool)
-    eligible = (syn["count"] >= thresholds.min_relation_count) & in_set[None, :, None]
+    enough = (syn["count"][decide_on] >= thresholds.min_relation_count).all(0)  # (Rel, 2)
+    eligible = (enough & in_set[:, None]).expand_as(syn["count"])  # (R+1, Rel, 2)
     family = eligible[:, None, None] & present[None, :, :, None, None]  # (R+1, L, H, Rel, 2)
     syn["p"], syn["q"] = _tested(
         syn["hits"], syn["both"], syn["baseline_hits"][:, None, None], family
@@ -111,7 +116,9 @@ def evidence(
     scores.update(rare.scores(tb))
     syn = syntactic.scores(tb, offsets)
     shape = scores["positional"].shape  # (R+1, L, H)
-    choice = syntactic_choice(syn, relations, present, thresholds)
+    # with folds, a relation decides roles only when each fold has enough of its arcs
+    decide_on = tb.fold_rows if tb.n_folds else slice(0, 1)
+    choice = syntactic_choice(syn, relations, present, thresholds, decide_on=decide_on)
     acc, base = choice["accuracy"], choice["baseline"]
     scores["syntactic"] = acc
     scores["syntactic_relation"] = choice["best"]

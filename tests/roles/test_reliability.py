@@ -21,7 +21,7 @@ from headlab.cli import main
 from headlab.datasets import read_gap, read_treebank, sample_path
 from headlab.datasets.treebank import document_of
 from headlab.errors import InputError
-from headlab.roles import Thresholds
+from headlab.roles import Thresholds, stats
 from headlab.roles.bootstrap import Sums
 from headlab.roles.folds import assign_folds
 from headlab.roles.probes import syntactic
@@ -202,7 +202,8 @@ def test_a_relation_too_rare_for_a_fold_decides_no_row() -> None:
     obj = relations.index("obj")
     # row 0: the whole data; rows 1 and 2: folds with 30% and 70% of every count
     syn = {
-        k: torch.cat([v, (v * 0.3).round(), v - (v * 0.3).round()]) for k, v in one.items()
+        k: torch.cat([v, (v * 0.3).round(), v - (v * 0.3).round()])
+        for k, v in one.items()
         if k in ("hits", "both", "baseline_hits", "count")
     }
     syn["accuracy"] = syn["hits"] / syn["count"][:, None, None]
@@ -245,10 +246,14 @@ def test_roles_reliability_json_and_csv(
         if h["measured_role"] in ("syntactic", "coreference"):
             ev = h["evidence"]
             low, high = ev["interval"]
+            assert ev["design_effect"] >= 1.0
             assert low <= ev["accuracy"] <= high and ev["q"] < 0.05 and ev["p"] <= ev["q"]
     for r in out["relations"]:
         low, high = r["interval"]
-        assert low <= r["accuracy"] <= high
+        assert low <= r["accuracy"] <= high and r["design_effect"] >= 1.0
+        # over documents, never narrower than the interval over independent arcs
+        plain = stats.wilson(r["accuracy"] * r["count"], r["count"])
+        assert low <= float(plain[0]) + 5e-4 and high >= float(plain[1]) - 5e-4  # 4 digits
         assert r["in_set"] == (r["relation"] in syntactic.RELATION_SET)
         assert 0.0 <= r["p"] <= 1.0
         if not r["in_set"]:

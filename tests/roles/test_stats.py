@@ -57,3 +57,39 @@ def test_wilson_interval_equals_scipy() -> None:
         assert float(high) == pytest.approx(ref.high, abs=1e-12)
     low, high = stats.wilson(np.array([0.0]), np.array([0.0]))
     assert np.isnan(low).all() and np.isnan(high).all()
+
+
+def test_clustered_wilson_is_wilson_on_the_effective_count() -> None:
+    # resamples that vary three times as much as 900 independent items: 900 arcs count as 300
+    p, n = 1 / 3, 900
+    reps = np.random.default_rng(0).normal(p, np.sqrt(3 * p * (1 - p) / n), size=20_000)
+    low, high, deff = stats.clustered_wilson(300, n, reps)
+    assert deff == pytest.approx(3.0, rel=0.03)
+    ref = scipy_stats.binomtest(100, 300).proportion_ci(0.95, method="wilson")
+    assert low == pytest.approx(ref.low, abs=2e-3) and high == pytest.approx(ref.high, abs=2e-3)
+    # no clustering (or less spread than independence): the plain Wilson interval
+    plain = scipy_stats.binomtest(300, n).proportion_ci(0.95, method="wilson")
+    for few in (None, np.array([0.3]), np.full(50, p)):
+        low, high, deff = stats.clustered_wilson(300, n, few)
+        assert deff == 1.0 and (low, high) == pytest.approx((plain.low, plain.high), abs=1e-12)
+
+
+def test_clustered_wilson_covers_new_documents() -> None:
+    """Documents with their own rates (as genres and authors differ): the plain Wilson interval
+    over arcs misses the true rate far more often than 5%; the interval over documents, with
+    its design effect from a Poisson bootstrap of the documents, keeps close to 95%."""
+    rng = np.random.default_rng(1)
+    n_docs, per_doc, trials, reps = 40, 25, 300, 200
+    plain_hits = clustered_hits = 0
+    for _ in range(trials):
+        rates = rng.beta(6.0, 4.0, size=n_docs)  # true mean rate 0.6
+        right = rng.binomial(per_doc, rates)  # (docs,) right arcs per document
+        w = rng.poisson(1.0, size=(reps, n_docs))  # documents drawn into each resample
+        shares = (w * right).sum(1) / np.maximum((w * per_doc).sum(1), 1)
+        hits, n = float(right.sum()), float(n_docs * per_doc)
+        low, high = stats.wilson(hits, n)
+        plain_hits += bool(low <= 0.6 <= high)
+        c_low, c_high, _ = stats.clustered_wilson(hits, n, shares)
+        clustered_hits += bool(c_low <= 0.6 <= c_high)
+    assert plain_hits / trials < 0.75
+    assert clustered_hits / trials > 0.90

@@ -281,8 +281,8 @@ def print_report(report: Any) -> None:
     named = [h for h in report.heads if h.role in ("syntactic", "coreference") and h.evidence]
     if named:
         ev_table = Table(
-            title="evidence: syntactic and coreference heads (accuracy, 95% Wilson interval; "
-            "exact McNemar vs the baseline on the same arcs, BH-corrected q)"
+            title="evidence: syntactic and coreference heads (accuracy, 95% Wilson interval "
+            "over documents; exact McNemar vs the baseline on the same arcs, BH-corrected q)"
         )
         for col in ("head", "role", "decided by", "accuracy %", "baseline %", "arcs", "q"):
             ev_table.add_column(col)
@@ -300,7 +300,8 @@ def print_report(report: Any) -> None:
         con.print(ev_table)
     rel = Table(
         title="syntactic relations: best head vs best fixed offset (Clark et al. 2019); "
-        "accuracy % [95% Wilson interval]; * outside the a-priori set (never decides a role)"
+        "accuracy % [95% Wilson interval over documents]; * outside the a-priori set "
+        "(never decides a role)"
     )
     for col in (
         "relation",

@@ -216,6 +216,9 @@ def measure_roles(
             layer, h = divmod(flat, lm.n_heads)
             against = coreference.BASELINES[int(scores["coreference_against"][0])]
             base = float(scores[f"coref_{against}"][0])
+            boot = gap_sums.bootstrap_rows  # Wilson intervals over GAP's source pages
+            hits = float(scores["coreference_hits"][0, layer, h])
+            interval, deff = _wilson(hits, n_used, scores["coreference"][boot, layer, h])
             coref_result = CoreferenceResult(
                 layer=layer,
                 head=h,
@@ -224,9 +227,12 @@ def measure_roles(
                 baselines={
                     name: float(scores[f"coref_{name}"][0]) for name in coreference.BASELINES
                 },
-                interval=_wilson(float(scores["coreference_hits"][0, layer, h]), n_used),
+                interval=interval,
+                design_effect=deff,
                 baseline=against,
-                baseline_interval=_wilson(base * n_used, n_used),
+                baseline_interval=_wilson(base * n_used, n_used, scores[f"coref_{against}"][boot])[
+                    0
+                ],
                 p=float(scores["coreference_p"][0, layer, h]),
                 q=float(scores["coreference_q"][0, layer, h]),
             )
@@ -236,7 +242,7 @@ def measure_roles(
         n_heads=lm.n_heads,
         heads_in_layer=counts,
         heads=heads,
-        relations=relation_rows(syn, relations, present),
+        relations=relation_rows(syn, relations, present, bootstrap_rows=tb.sums.bootstrap_rows),
         coreference=coref_result,
         data=data,
         thresholds=options.thresholds,
@@ -245,6 +251,7 @@ def measure_roles(
     )
 
 
-def _wilson(hits: float, n: float) -> list[float | None]:
-    low, high = stats.wilson(hits, n)
-    return [float(low), float(high)]
+def _wilson(hits: float, n: float, replicates: torch.Tensor) -> tuple[list[float | None], float]:
+    """Wilson interval over documents (``replicates``: the share in each bootstrap resample)."""
+    low, high, deff = stats.clustered_wilson(hits, n, replicates.double().numpy())
+    return [low, high], deff

@@ -35,7 +35,8 @@ class HeadRole:
     fold_agreement: float | None = None
     #: share of bootstrap resamples whose role is ``measured_role`` (``None`` without them)
     bootstrap_stability: float | None = None
-    #: what decided the role: probe, relation, accuracy, Wilson interval, baseline, p, q
+    #: what decided the role: probe, relation, accuracy, Wilson interval over documents and its
+    #: design effect, baseline, p, q
     evidence: dict[str, Any] | None = None
 
 
@@ -51,9 +52,11 @@ class RelationRow:
     baseline: float
     baseline_offset: int
     count: int
-    #: 95% Wilson intervals of ``accuracy`` and ``baseline``
+    #: 95% Wilson intervals of ``accuracy`` and ``baseline`` over documents: on the effective
+    #: count of arcs, ``count / design_effect`` (1 without bootstrap resamples)
     interval: list[float | None] | None = None
     baseline_interval: list[float | None] | None = None
+    design_effect: float | None = None
     #: exact McNemar p-value against the baseline on the same arcs, and its BH q-value (``None``
     #: outside the family: a relation outside the set or with too few arcs)
     p: float | None = None
@@ -72,6 +75,7 @@ class CoreferenceResult:
     count: int
     baselines: dict[str, float]
     interval: list[float | None] | None = None
+    design_effect: float | None = None
     #: the stronger baseline, which the head is tested against
     baseline: str = ""
     baseline_interval: list[float | None] | None = None

@@ -170,9 +170,14 @@ def evidence(
     return RoleEvidence(score=score, baseline=baseline, bar=bar), scores, syn
 
 
-def _interval(hits: float, n: float) -> list[float | None]:
-    low, high = stats.wilson(hits, n)
-    return [None if math.isnan(v) else float(v) for v in (float(low), float(high))]
+def _interval(
+    hits: float, n: float, replicates: torch.Tensor | None = None
+) -> tuple[list[float | None], float]:
+    """The 95% Wilson interval over documents of ``hits / n`` (``replicates``: the share in
+    each bootstrap resample of documents) and its design effect (:func:`stats.clustered_wilson`)."""
+    reps = None if replicates is None else replicates.double().cpu().numpy()
+    low, high, deff = stats.clustered_wilson(hits, n, reps)
+    return [None if math.isnan(v) else v for v in (low, high)], deff
 
 
 def _number(v: float) -> float | None:
@@ -228,14 +233,21 @@ def head_role(
         relation, direction = relations[k // 2], syntactic.DIRECTIONS[k % 2]
         detail = f"{relation} {direction.replace('_', ' ')}"
         hits, n = value("syntactic_hits") or 0.0, value("syntactic_count") or 0.0
+        interval, deff = _interval(
+            hits, n, syn["accuracy"][bootstrap_rows, layer, h, k // 2, k % 2]
+        )
+        base_interval, _ = _interval(
+            (baseline or 0.0) * n, n, syn["baseline"][bootstrap_rows, k // 2, k % 2]
+        )
         proof = {
             "probe": "syntactic",
             "relation": relation,
             "direction": direction,
             "accuracy": score,
-            "interval": _interval(hits, n),
+            "interval": interval,
+            "design_effect": deff,
             "baseline": baseline,
-            "baseline_interval": _interval((baseline or 0.0) * n, n),
+            "baseline_interval": base_interval,
             "baseline_offset": int(syn["baseline_offset"][0, k // 2, k % 2]),
             "count": int(n),
             "p": value("syntactic_p"),
@@ -243,12 +255,18 @@ def head_role(
         }
     elif measured == "coreference":
         hits, n = value("coreference_hits") or 0.0, value("coreference_count") or 0.0
+        against = coreference.BASELINES[int(scores["coreference_against"][0])]
+        interval, deff = _interval(hits, n, scores["coreference"][bootstrap_rows, layer, h])
+        base_interval, _ = _interval(
+            (baseline or 0.0) * n, n, scores[f"coref_{against}"][bootstrap_rows]
+        )
         proof = {
             "probe": "coreference",
             "accuracy": score,
-            "interval": _interval(hits, n),
+            "interval": interval,
+            "design_effect": deff,
             "baseline": baseline,
-            "baseline_interval": _interval((baseline or 0.0) * n, n),
+            "baseline_interval": base_interval,
             "count": int(n),
             "p": value("coreference_p"),
             "q": value("coreference_q"),
@@ -305,11 +323,17 @@ def head_role(
 
 
 def relation_rows(
-    syn: dict[str, torch.Tensor], relations: Sequence[str], present: torch.Tensor
+    syn: dict[str, torch.Tensor],
+    relations: Sequence[str],
+    present: torch.Tensor,
+    *,
+    bootstrap_rows: slice | None = None,
 ) -> list[RelationRow]:
     """The best existing head (``present`` ``(L, H)``) of each relation and direction, with
-    Wilson intervals, and the paired test against the baseline (``q``: only for relations of
-    the a-priori set with enough arcs, the family the correction runs over)."""
+    Wilson intervals over documents (from ``bootstrap_rows`` of ``syn``; none: plain Wilson),
+    and the paired test against the baseline (``q``: only for relations of the a-priori set
+    with enough arcs, the family the correction runs over)."""
+    boot = bootstrap_rows if bootstrap_rows is not None else slice(0, 0)
     rows = []
     n_heads = present.shape[1]
     acc = syn["accuracy"][0].masked_fill(~present[..., None, None], torch.nan)  # (L, H, Rel, 2)
@@ -338,8 +362,13 @@ def relation_rows(
                     baseline=base,
                     baseline_offset=int(syn["baseline_offset"][0, r, d]),
                     count=count,
-                    interval=_interval(hits, count),
-                    baseline_interval=_interval(base * count, count),
+                    interval=(
+                        interval := _interval(hits, count, syn["accuracy"][boot, layer, h, r, d])
+                    )[0],
+                    design_effect=interval[1],
+                    baseline_interval=_interval(base * count, count, syn["baseline"][boot, r, d])[
+                        0
+                    ],
                     p=p,
                     q=_number(float(syn["q"][0, layer, h, r, d])),
                     in_set=name in syntactic.RELATION_SET,

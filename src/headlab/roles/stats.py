@@ -4,6 +4,11 @@ against ``scipy.stats``).
 
 - :func:`wilson` is the 95% Wilson score interval of an accuracy (Wilson 1927): unlike the normal
   interval it stays inside [0, 1] and is honest for accuracies near 0 or 1 and small counts.
+- :func:`clustered_wilson` is the same interval for items that come in documents: arcs of one
+  document share topic, style and words, so they carry less information than as many
+  independent arcs. The count is shrunk to the effective count ``n / deff`` (Kish 1965), where
+  the design effect ``deff`` is the variance of the share over bootstrap resamples of whole
+  documents divided by the variance ``p (1 - p) / n`` of independent items (at least 1).
 - :func:`mcnemar_exact` compares a head with a baseline *on the same items*: only the discordant
   items count (head right and baseline wrong ``b``, the reverse ``c``); under "no difference" ``b``
   is Binomial(``b + c``, 1/2). The p-value is two-sided (twice the smaller tail, at most 1), which
@@ -42,6 +47,24 @@ def wilson(
     low = np.where(n > 0, low, np.nan)
     high = np.where(n > 0, high, np.nan)
     return low, high
+
+
+def clustered_wilson(
+    hits: float, n: float, replicates: np.ndarray | None
+) -> tuple[float, float, float]:
+    """``(low, high, deff)``: the 95% Wilson interval of ``hits / n`` on the effective count
+    ``n / deff``, ``deff`` from ``replicates`` (the share in each bootstrap resample of
+    documents; NaN entries, resamples without items, are left out). Without two finite
+    replicates, or with a share of 0 or 1, ``deff`` is 1: the plain Wilson interval."""
+    deff = 1.0
+    if n > 0 and 0.0 < hits < n and replicates is not None:
+        r = np.asarray(replicates, dtype=np.float64)
+        r = r[np.isfinite(r)]
+        if r.size >= 2:
+            p = hits / n
+            deff = max(1.0, float(r.var(ddof=1)) / (p * (1.0 - p) / n))
+    low, high = wilson(hits / deff, n / deff)
+    return float(low), float(high), deff
 
 
 def _log_factorials(n_max: int) -> np.ndarray:

@@ -142,7 +142,7 @@
         pct(ev.accuracy, ev.interval) + "% against the baseline's " +
         pct(ev.baseline, ev.baseline_interval) + "% on " + ev.count +
         (ev.relation ? " arcs" : " pronouns") + "; exact McNemar p = " + sci(ev.p) +
-        ", Benjamini-Hochberg q = " + sci(ev.q) + " (95% Wilson intervals)."));
+        ", Benjamini-Hochberg q = " + sci(ev.q) + " (95% Wilson intervals over documents)."));
     }
     if (info.stable === false) {
       box.appendChild(el("p", { class: "muted" }, "Measured role on all the data: " +

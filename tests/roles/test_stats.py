@@ -93,3 +93,40 @@ def test_clustered_wilson_covers_new_documents() -> None:
         clustered_hits += bool(c_low <= 0.6 <= c_high)
     assert plain_hits / trials < 0.75
     assert clustered_hits / trials > 0.90
+
+
+def test_paired_test_over_documents_keeps_its_level() -> None:
+    """Head and baseline equally good on average, but documents differ in which is better (as
+    genres and authors do): McNemar over arcs as independent pairs calls a difference far more
+    often than 5%; divided by the paired difference's design effect, from a Poisson bootstrap
+    of the documents, it keeps close to its level."""
+    rng = np.random.default_rng(2)
+    n_docs, per_doc, trials, reps = 40, 25, 300, 200
+    plain = adjusted = 0
+    for _ in range(trials):
+        shift = rng.normal(0.0, 0.2, size=n_docs)  # the head's edge in each document
+        base = rng.uniform(size=(n_docs, per_doc)) < 0.5
+        head = rng.uniform(size=(n_docs, per_doc)) < np.clip(0.5 + shift, 0, 1)[:, None]
+        b_doc = (head & ~base).sum(1)
+        c_doc = (~head & base).sum(1)
+        b, c, n = b_doc.sum(), c_doc.sum(), n_docs * per_doc
+        w = rng.poisson(1.0, size=(reps, n_docs))
+        diffs = (w * (b_doc - c_doc)).sum(1) / np.maximum((w * per_doc).sum(1), 1)
+        deff = stats.paired_design_effect(b, c, n, diffs[:, None])[0]
+        plain += bool(stats.mcnemar_exact(b, c) < 0.05)
+        adjusted += bool(stats.mcnemar_exact(b / deff, c / deff) < 0.05)
+    assert plain / trials > 0.2
+    assert adjusted / trials < 0.09
+
+
+def test_paired_design_effect_is_one_without_clustering() -> None:
+    # replicates that vary as independent pairs do (or less): no correction
+    b, c, n = 120, 80, 1000
+    d = (b - c) / n
+    var = ((b + c) / n - d * d) / n
+    reps = np.random.default_rng(0).normal(d, np.sqrt(var), size=(20_000, 1))
+    assert float(stats.paired_design_effect(b, c, n, reps)[0]) == pytest.approx(1.0, abs=0.03)
+    assert float(stats.paired_design_effect(b, c, n, reps[:1])[0]) == 1.0  # one replicate
+    assert float(stats.paired_design_effect(0, 0, n, reps)[0]) == 1.0  # no discordant pairs
+    wide = np.random.default_rng(1).normal(d, 2 * np.sqrt(var), size=(20_000, 1))
+    assert float(stats.paired_design_effect(b, c, n, wide)[0]) == pytest.approx(4.0, rel=0.05)

@@ -26,11 +26,27 @@ from headlab.roles.results import HeadRole, RelationRow
 
 
 def _tested(
-    hits: torch.Tensor, both: torch.Tensor, base_hits: torch.Tensor, family: torch.Tensor
+    hits: torch.Tensor,
+    both: torch.Tensor,
+    base_hits: torch.Tensor,
+    family: torch.Tensor,
+    *,
+    count: torch.Tensor,
+    bootstrap_rows: slice,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact McNemar p-values and their BH q-values over each row's ``family`` (bool mask)."""
+    """Exact McNemar p-values and their BH q-values over each row's ``family`` (bool mask).
+
+    Rows are the whole data, the folds and the bootstrap resamples (``bootstrap_rows``); the
+    discordant counts of every row are divided by the design effect of the paired difference
+    on the whole data (documents share words and style, so their arcs are not independent
+    pairs), measured from the resamples' differences ``(hits - base_hits) / count``."""
     b = (hits - both).numpy()  # head right, baseline wrong
     c = (base_hits - both).numpy()  # baseline right, head wrong
+    n = count.expand_as(hits).numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diff = (b - c) / n  # (R+1, ...): the paired difference in each row
+    deff = stats.paired_design_effect(b[0], c[0], n[0], diff[bootstrap_rows])
+    b, c = b / deff[None], c / deff[None]
     mask = family.numpy()
     p = np.full(mask.shape, np.nan)
     p[mask] = stats.mcnemar_exact(b[mask], c[mask])
@@ -46,6 +62,7 @@ def syntactic_choice(
     thresholds: Thresholds,
     *,
     decide_on: slice = slice(0, 1),
+    bootstrap_rows: slice = slice(0, 0),
 ) -> dict[str, torch.Tensor]:
     """Each head's deciding relation x direction, in every row, from :func:`syntactic.scores`.
 
@@ -54,11 +71,13 @@ def syntactic_choice(
     ``min_relation_count`` arcs in every row of ``decide_on`` (the whole data, or with folds
     each fold), the same relations in every row: a role the whole data names on a relation
     too rare to be judged in a fold could never be confirmed by the folds. Every tested one of
-    every present head is one exact McNemar test against the baseline on the same arcs, and
-    each row's tests are one Benjamini-Hochberg family (their p and q go into ``syn``). A head *clears* the syntactic bar
-    on a relation when its accuracy beats the baseline by ``syntactic_margin`` and q is below
-    ``significance``. The deciding relation is the widest margin among those cleared, else the
-    widest among those tested (shown, not cleared).
+    every present head is one exact McNemar test against the baseline on the same arcs (its
+    discordant counts divided by the paired difference's design effect, from the resamples of
+    documents in ``bootstrap_rows``), and each row's tests are one Benjamini-Hochberg family
+    (their p and q go into ``syn``). A head *clears* the syntactic bar on a relation when
+    its accuracy beats the baseline by ``syntactic_margin`` and q is below ``significance``.
+    The deciding relation is the widest margin among those cleared, else the widest among
+    those tested (shown, not cleared).
 
     Returns ``(R+1, L, H)`` tensors: ``best`` (index ``relation * 2 + direction``), ``clears``,
     ``accuracy`` (NaN when nothing was tested), ``baseline``, ``p``, ``q``, ``hits``, ``count``.
@@ -68,7 +87,12 @@ def syntactic_choice(
     eligible = (enough & in_set[:, None]).expand_as(syn["count"])  # (R+1, Rel, 2)
     family = eligible[:, None, None] & present[None, :, :, None, None]  # (R+1, L, H, Rel, 2)
     syn["p"], syn["q"] = _tested(
-        syn["hits"], syn["both"], syn["baseline_hits"][:, None, None], family
+        syn["hits"],
+        syn["both"],
+        syn["baseline_hits"][:, None, None],
+        family,
+        count=syn["count"][:, None, None],
+        bootstrap_rows=bootstrap_rows,
     )
     margin = syn["accuracy"] - syn["baseline"][:, None, None]  # (R+1, L, H, Rel, 2)
     clears = family & (syn["q"] < thresholds.significance)
@@ -118,7 +142,9 @@ def evidence(
     shape = scores["positional"].shape  # (R+1, L, H)
     # with folds, a relation decides roles only when each fold has enough of its arcs
     decide_on = tb.fold_rows if tb.n_folds else slice(0, 1)
-    choice = syntactic_choice(syn, relations, present, thresholds, decide_on=decide_on)
+    choice = syntactic_choice(
+        syn, relations, present, thresholds, decide_on=decide_on, bootstrap_rows=tb.bootstrap_rows
+    )
     acc, base = choice["accuracy"], choice["baseline"]
     scores["syntactic"] = acc
     scores["syntactic_relation"] = choice["best"]
@@ -153,7 +179,14 @@ def evidence(
         both = both.gather(-1, index).squeeze(-1)  # (R+1, L, H)
         base_hits = (best_base.nan_to_num(0.0) * n)[:, None, None]
         c_family = present[None] & (n > 0)[:, None, None]
-        c_p, c_q = _tested(gap.get("coref.hits"), both, base_hits, c_family)
+        c_p, c_q = _tested(
+            gap.get("coref.hits"),
+            both,
+            base_hits,
+            c_family,
+            count=n[:, None, None],
+            bootstrap_rows=gap.bootstrap_rows,
+        )
         scores["coreference_p"], scores["coreference_q"] = c_p, c_q
         scores["coreference_against"] = which
         scores["coreference_hits"] = gap.get("coref.hits")
@@ -194,7 +227,7 @@ def head_role(
     relations: Sequence[str],
     *,
     fold_rows: slice,
-    bootstrap_rows: slice,
+    bootstrap_rows: slice | torch.Tensor,
     thresholds: Thresholds,
     syn: dict[str, torch.Tensor],
 ) -> HeadRole:
@@ -204,7 +237,7 @@ def head_role(
     cleared = [(float(excess[i, layer, h]), r) for i, r in enumerate(ROLES)]
     passing = tuple(r for margin, r in sorted(cleared, reverse=True) if math.isfinite(margin))
 
-    def share(rows: slice) -> float | None:
+    def share(rows: slice | torch.Tensor) -> float | None:
         same = dominant[rows, layer, h] == dominant[0, layer, h]
         return float(same.double().mean()) if same.numel() else None
 
@@ -351,7 +384,9 @@ def relation_rows(
             if math.isnan(p):  # outside the family: tested for the table, not corrected
                 both = float(syn["both"][0, layer, h, r, d])
                 b, c = hits - both, float(syn["baseline_hits"][0, r, d]) - both
-                p = float(stats.mcnemar_exact(b, c))
+                diffs = syn["accuracy"][boot, layer, h, r, d] - syn["baseline"][boot, r, d]
+                deff = stats.paired_design_effect(b, c, count, diffs.numpy())
+                p = float(stats.mcnemar_exact(b / deff, c / deff))
             rows.append(
                 RelationRow(
                     relation=name,

@@ -13,6 +13,10 @@ against ``scipy.stats``).
   items count (head right and baseline wrong ``b``, the reverse ``c``); under "no difference" ``b``
   is Binomial(``b + c``, 1/2). The p-value is two-sided (twice the smaller tail, at most 1), which
   for p = 1/2 equals ``scipy.stats.binomtest(b, b + c).pvalue``.
+- :func:`paired_design_effect` is the same correction for the paired test: McNemar's test
+  takes the arcs as independent pairs; the discordant counts are divided by the design effect
+  of the paired difference (the Rao-Scott correction, Rao & Scott 1992), measured from the
+  bootstrap over documents, before the exact test.
 - :func:`benjamini_hochberg` turns p-values into BH-adjusted ones (q-values): calling every test
   with q < alpha keeps the expected share of false claims among the claims at most alpha.
 """
@@ -65,6 +69,32 @@ def clustered_wilson(
             deff = max(1.0, float(r.var(ddof=1)) / (p * (1.0 - p) / n))
     low, high = wilson(hits / deff, n / deff)
     return float(low), float(high), deff
+
+
+def paired_design_effect(
+    b: np.ndarray | float, c: np.ndarray | float, n: np.ndarray | float, replicates: np.ndarray
+) -> np.ndarray:
+    """Design effect (at least 1) of the paired difference ``(b - c) / n`` of each test.
+
+    ``b``, ``c``: discordant counts (head right and baseline wrong, the reverse) and ``n`` the
+    items, shape ``S``; ``replicates`` ``(R, *S)``: the difference in each bootstrap resample of
+    documents (NaN where a resample has no items). The variance of independent pairs is
+    ``((b + c) / n - ((b - c) / n) ** 2) / n``; where it is 0, or fewer than two replicates are
+    finite, the design effect is 1.
+    """
+    b, c, n = (np.asarray(x, dtype=np.float64) for x in (b, c, n))
+    b, c, n = np.broadcast_arrays(b, c, n)
+    reps = np.asarray(replicates, dtype=np.float64)
+    finite = np.isfinite(reps)
+    k = finite.sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(finite, reps, 0.0).sum(0) / k
+        var_boot = np.where(finite, (reps - mean) ** 2, 0.0).sum(0) / (k - 1)
+        d = (b - c) / n
+        var_pairs = ((b + c) / n - d * d) / n
+        deff = var_boot / var_pairs
+    ok = (k >= 2) & (n > 0) & (var_pairs > 0) & np.isfinite(deff)
+    return np.where(ok, np.maximum(deff, 1.0), 1.0)
 
 
 def _log_factorials(n_max: int) -> np.ndarray:

@@ -190,3 +190,14 @@ def test_report_writes_the_ledger_from_result_files(
     assert 'src="figures/cost.png"' in page
     for row in ledger["claims"]:  # each link names a section of the page
         assert f'id="{row["section"]}"' in page
+
+
+def test_roles_that_do_not_replicate_count_for_no_family() -> None:
+    """A head named on the whole data but by fewer than 4 of 5 folds (stable false) is reported
+    unclassified; the ledger must not count it as a family found."""
+    roles = _roles([["coreference"], ["syntactic"], ["delimiter"]], [0.95])
+    roles["heads"][0]["stable"] = False  # coreference on the whole data, not on the folds
+    figure = build_ledger(roles=roles)[1]["figure"]
+    assert "coreference 0" in figure and "syntax 1" in figure and "delimiters 1" in figure
+    roles["heads"][0]["stable"] = True
+    assert "coreference 1" in build_ledger(roles=roles)[1]["figure"]

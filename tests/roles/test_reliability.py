@@ -270,3 +270,57 @@ def test_roles_reliability_json_and_csv(
     assert re.search(r"\d+\.\d \[\d+\.\d-\d+\.\d\]", text) and "folds" in text
     assert main([*argv, "--reliability", "1"]) == 1
     assert "at least 2 folds" in capsys.readouterr().err
+
+
+def test_one_document_resamples_sentences_and_says_so(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file that is one document can neither be split into folds nor resampled by
+    documents: the bootstrap falls back on sentences, and both fall-backs are named."""
+    lines = sample_path("treebank").read_text(encoding="utf-8").splitlines()
+    one = ["# newdoc id = one"] + [x for x in lines if not x.startswith("# newdoc")]
+    path = tmp_path / "one.conllu"
+    path.write_text("\n".join(one) + "\n", encoding="utf-8")
+    argv = ["roles", "--model", str(tiny_bert), "--treebank", str(path), "--no-gap"]
+    assert main([*argv, "--limit", "40", "--replicates", "20", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["folds"] == 0 and out["data"]["treebank"]["resampled"] == "sentences"
+    assert "no folds (the treebank has 1 document" in captured.err
+    assert "resamples treebank sentences, not documents" in captured.err
+    # the bundled sample has enough documents: no note, documents resampled
+    assert main([*argv[:3], "--no-gap", "--replicates", "5", "--json"]) == 0  # 25 documents
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["data"]["treebank"]["resampled"] == "documents"
+    assert "note: no folds" not in captured.err and "resamples" not in captured.err
+
+
+def test_a_small_gap_file_is_named_when_folds_are_off(
+    tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = sample_path("gap").read_text(encoding="utf-8").splitlines()
+    small = tmp_path / "gap3.tsv"
+    small.write_text("\n".join(rows[:4]) + "\n", encoding="utf-8")  # header + 3 rows
+    argv = ["roles", "--model", str(tiny_bert), "--limit", "60", "--replicates", "3"]
+    assert main([*argv, "--gap", str(small), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["folds"] == 0
+    assert "no folds (the GAP file has 3 source pages" in captured.err
+    assert main([*argv, "--gap", str(small), "--reliability", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "4 folds need at least 4 documents; the GAP file has 3" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_empty_resamples_are_not_counted_as_disagreeing(tiny_bert: Path) -> None:
+    """With one sentence, a Poisson resample holds it (any number of times: the same shares,
+    the same roles) or nothing (about 37% of resamples). The empty ones say nothing and must
+    not lower the stability."""
+    from headlab.models import load
+    from headlab.roles import RoleOptions, measure_roles
+
+    lm = load(str(tiny_bert))
+    one = read_treebank(sample_path("treebank"), limit=1)
+    report = measure_roles(lm, one, options=RoleOptions(replicates=60, reliability=0))
+    assert any(h.role != "unclassified" for h in report.heads)  # roles to keep or lose
+    assert all(h.bootstrap_stability == 1.0 for h in report.heads)

@@ -49,6 +49,30 @@ def human_count(n: float) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def data_notes(prog: str, data: dict[str, Any], folds_off: str | None, replicates: int) -> None:
+    """One line on stderr for each way the role statistics fell back on small data: no folds
+    by default (``folds_off``, from :func:`headlab.roles.folds.no_folds_reason`), and a
+    bootstrap over sentences or GAP rows instead of whole documents."""
+    from headlab.roles.folds import MIN_RESAMPLED_DOCUMENTS
+
+    if folds_off:
+        print(
+            f"{prog}: note: no folds ({folds_off}): stability is the bootstrap's, and roles "
+            "are not checked for replication",
+            file=sys.stderr,
+            flush=True,
+        )
+    for name, unit in (("treebank", "sentences"), ("gap", "rows")):
+        if replicates and (data.get(name) or {}).get("resampled") == unit:
+            print(
+                f"{prog}: note: the bootstrap resamples {name} {unit}, not documents: fewer "
+                f"than {MIN_RESAMPLED_DOCUMENTS} documents; intervals and stability then "
+                "reflect these documents only",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def native_note(prog: str) -> None:
     """One line on stderr when headlab's native row kernels cannot be built here (not when
     they are off by design): head statistics then run on torch's ops alone, more slowly."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from headlab.cli._args import integer, text
 from headlab.cli._model import add_model_arguments, load_model, text_side
-from headlab.cli._output import native_note
+from headlab.cli._output import data_notes, native_note
 from headlab.cli._progress import progress_for
 from headlab.cli.heads import LESSON_SENTENCE
 from headlab.progress import Prefixed, Progress
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
     from headlab.report import write_report
     from headlab.roles import RoleOptions, measure_roles
-    from headlab.roles.folds import default_reliability
+    from headlab.roles.folds import default_reliability, no_folds_reason
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
@@ -166,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
     treebank = gold.sentences
     gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
     folds = args.reliability
-    if folds is None:
+    folds_off = None
+    if folds is None:  # by default, when the data has enough documents for 5 folds
+        folds_off = no_folds_reason(treebank, None if gap is None else gap.examples)
         folds = default_reliability(treebank, None if gap is None else gap.examples)
     if folds == 1:
         raise InputError("--reliability needs at least 2 folds (or 0 for none)")
@@ -186,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             options=RoleOptions(replicates=args.replicates, reliability=folds),
             progress=Prefixed(progress, "stage 1/4, roles") if args.full else progress,
         )
+        data_notes("headlab report", roles.data, folds_off, roles.replicates)
         if args.full:
             from headlab.report.full import measure_extras
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from headlab.cli._args import integer, seed, text
 from headlab.cli._model import add_model_arguments, load_model, model_device, text_side
-from headlab.cli._output import console, emit_json, native_note
+from headlab.cli._output import console, data_notes, emit_json, native_note
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
 
@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError, ModalityError
     from headlab.roles import RoleOptions, measure_roles
     from headlab.roles.checkpoint import Checkpoint
-    from headlab.roles.folds import default_reliability
+    from headlab.roles.folds import default_reliability, no_folds_reason
 
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be at least 1, got {args.limit}")
@@ -141,7 +141,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every)
     folds = args.reliability
+    folds_off = None
     if folds is None:  # by default, when the data has enough documents for 5 folds
+        folds_off = no_folds_reason(gold.sentences, None if gap is None else gap.examples)
         folds = default_reliability(gold.sentences, None if gap is None else gap.examples)
     if folds == 1:
         raise InputError("--reliability needs at least 2 folds (or 0 for none)")
@@ -177,6 +179,7 @@ def _run(args: argparse.Namespace) -> int:
     if not writer:
         _done(checkpoint)
         return 0
+    data_notes("headlab roles", report.data, folds_off, report.replicates)
     if args.json:
         emit_json(report.to_json())
     elif args.csv:
@@ -301,7 +304,8 @@ def print_report(report: Any) -> None:
     rel = Table(
         title="syntactic relations: best head vs best fixed offset (Clark et al. 2019); "
         "accuracy % [95% Wilson interval over documents]; * outside the a-priori set "
-        "(never decides a role)"
+        "(never decides a role); q blank: not tested (outside the set, or under "
+        f"{report.thresholds.min_relation_count} arcs{' in some fold' if report.folds else ''})"
     )
     for col in (
         "relation",

@@ -190,13 +190,19 @@ def build_ledger(
     )
     if roles:
         heads = roles["heads"]
+        # a head may clear several bars (its role is the strongest); one whose role did not
+        # replicate across folds (stable false) counts for none
         found = {
-            name: sum(1 for h in heads if role in (h.get("roles") or [h["role"]]))
+            name: sum(
+                1
+                for h in heads
+                if h.get("stable") is not False and role in (h.get("roles") or [h["role"]])
+            )
             for name, role in FAMILIES.items()
         }
         n_found = sum(1 for v in found.values() if v)
-        r["figure"] = (  # a head may clear several bars; its role is the strongest
-            f"heads of {len(heads)} clearing each bar: "
+        r["figure"] = (
+            f"heads of {len(heads)} clearing each bar (roles that replicate): "
             + ", ".join(f"{name} {n}" for name, n in found.items())
         )
         r["verdict"] = HOLDS if n_found == len(FAMILIES) else PART if n_found else SCALE

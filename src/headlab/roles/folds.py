@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from headlab.errors import InputError
 
 
-def assign_folds(documents: Sequence[str], k: int) -> list[int]:
-    """The fold (``0..k-1``) of each item, given each item's document id.
+def assign_folds(documents: Sequence[str], k: int, what: str = "the data") -> list[int]:
+    """The fold (``0..k-1``) of each item, given each item's document id (``what``: the data
+    set, named in the error).
 
     Raises:
         InputError: ``k`` below 2, or fewer documents than folds.
@@ -28,7 +29,7 @@ def assign_folds(documents: Sequence[str], k: int) -> list[int]:
     sizes = Counter(documents)
     if len(sizes) < k:
         raise InputError(
-            f"{k} folds need at least {k} documents; the data has {len(sizes)} "
+            f"{k} folds need at least {k} documents; {what} has {len(sizes)} "
             "(documents come from '# newdoc id' / sent_id prefixes, or GAP's URL column)"
         )
     load = [0] * k
@@ -51,7 +52,36 @@ def default_reliability(treebank: Sequence[object], gap: Sequence[object] | None
     ``treebank``: :class:`~headlab.datasets.treebank.TreebankSentence` items; ``gap``:
     :class:`~headlab.datasets.gap.GapExample` items or ``None``.
     """
+    return 0 if no_folds_reason(treebank, gap) else DEFAULT_FOLDS
+
+
+def no_folds_reason(treebank: Sequence[object], gap: Sequence[object] | None) -> str | None:
+    """Why :func:`default_reliability` turns folds off (``None`` when it does not): the data
+    set with too few documents, and how many it has."""
     docs = len({getattr(s, "doc_id", "") or getattr(s, "sent_id", "") for s in treebank})
+    if docs < DEFAULT_FOLDS:
+        return (
+            f"the treebank has {docs} document{'s' * (docs != 1)} ('# newdoc id' or sent_id "
+            f"prefixes), {DEFAULT_FOLDS} folds need {DEFAULT_FOLDS}"
+        )
     if gap is not None:
-        docs = min(docs, len({getattr(e, "source", "") or getattr(e, "id", "") for e in gap}))
-    return DEFAULT_FOLDS if docs >= DEFAULT_FOLDS else 0
+        pages = len({getattr(e, "source", "") or getattr(e, "id", "") for e in gap})
+        if pages < DEFAULT_FOLDS:
+            return (
+                f"the GAP file has {pages} source page{'s' * (pages != 1)}, "
+                f"{DEFAULT_FOLDS} folds need {DEFAULT_FOLDS} (--no-gap leaves it out)"
+            )
+    return None
+
+
+#: the bootstrap resamples whole documents when a data set has at least this many (fewer say
+#: little about other documents: it resamples sentences, or GAP rows, then, and says so)
+MIN_RESAMPLED_DOCUMENTS = 20
+
+
+def resampling_unit(documents: Sequence[str] | None) -> str:
+    """``"documents"`` when ``documents`` (one id per item) holds at least
+    :data:`MIN_RESAMPLED_DOCUMENTS` distinct ids, else ``"items"``."""
+    if documents is None:
+        return "items"
+    return "documents" if len(set(documents)) >= MIN_RESAMPLED_DOCUMENTS else "items"

@@ -26,7 +26,7 @@ from headlab.progress import Progress
 from headlab.roles import stats
 from headlab.roles.bootstrap import Sums
 from headlab.roles.checkpoint import Checkpoint, Stage, fingerprint
-from headlab.roles.folds import assign_folds
+from headlab.roles.folds import assign_folds, resampling_unit
 from headlab.roles.options import RoleOptions
 from headlab.roles.passes import Cursor, gap_pass, induction_pass, treebank_pass
 from headlab.roles.probes import coreference, syntactic
@@ -100,12 +100,16 @@ def measure_roles(
     )
     k = options.reliability
 
-    def sums(n: int, seed: int, documents: Sequence[str] | None) -> Sums:
-        folds = assign_folds(documents, k) if k and documents is not None else None
+    units: dict[str, str] = {}
+
+    def sums(n: int, seed: int, documents: Sequence[str] | None, what: str) -> Sums:
+        folds = assign_folds(documents, k, what) if k and documents is not None else None
         if k and folds is None:  # no documents (random induction sequences): round robin
             folds = [i % k for i in range(n)]
         # the statistics run where the model is; each corpus's sums come to the CPU once
-        # the bootstrap resamples documents (all of a document's items together), not items
+        # the bootstrap resamples documents (all of a document's items together) when there
+        # are enough of them to stand for others, else items
+        units[what] = resampling_unit(documents)
         return Sums(
             n,
             options.replicates,
@@ -113,19 +117,23 @@ def measure_roles(
             device=lm.device,
             folds=folds,
             n_folds=k,
-            clusters=documents,
+            clusters=documents if units[what] == "documents" else None,
         )
 
     part = distributed.part()
     tb_docs = [s.doc_id or s.sent_id for s in treebank]
-    tb = Stage("treebank", sums(len(treebank), options.seed, tb_docs))
+    tb = Stage("treebank", sums(len(treebank), options.seed, tb_docs, "the treebank"))
     gap_stage: Stage | None = None
     ind: Stage | None = None
     if gap is not None:
         gap_docs = [e.source or e.id for e in gap.examples]
-        gap_stage = Stage("gap", sums(len(gap.examples), options.seed + 1, gap_docs))
+        gap_stage = Stage(
+            "gap", sums(len(gap.examples), options.seed + 1, gap_docs, "the GAP file")
+        )
     if lm.causal:
-        ind = Stage("induction", sums(options.induction_sequences, options.seed + 2, None))
+        ind = Stage(
+            "induction", sums(options.induction_sequences, options.seed + 2, None, "induction")
+        )
     stages = [s for s in (tb, gap_stage, ind) if s is not None]
     if checkpoint is not None:
         checkpoint.open(fingerprint(lm, treebank, gap, freq, options, part), part)
@@ -172,6 +180,13 @@ def measure_roles(
         relations=relations,
         present=present,
     )
+    # resamples that drew no sentence (or no GAP row) say nothing; they are left out of the
+    # bootstrap share rather than counted as disagreeing
+    queries = tb.sums.get("queries")  # (1 + K + R,)
+    boot = torch.arange(queries.shape[0])[tb.sums.bootstrap_rows]
+    drawn = queries[boot] > 0
+    if gap_sums is not None and "coref.examples" in gap_sums:
+        drawn &= gap_sums.get("coref.examples")[boot] > 0
     dominant = evidence.dominant()  # (1 + K + R, L, H)
     excess = evidence.excess()[:, 0]  # (roles, L, H)
     heads = []
@@ -187,7 +202,7 @@ def measure_roles(
                 scores,
                 relations,
                 fold_rows=tb.sums.fold_rows,
-                bootstrap_rows=tb.sums.bootstrap_rows,
+                bootstrap_rows=boot[drawn],
                 thresholds=options.thresholds,
                 syn=syn,
             )
@@ -200,6 +215,7 @@ def measure_roles(
             "sentences": len(treebank) + sum(read_skipped.values()),
             "used": used,
             "skipped": {**tb_skipped, **read_skipped},
+            "resampled": "documents" if units["the treebank"] == "documents" else "sentences",
         },
     }
     coref_result = None
@@ -209,6 +225,7 @@ def measure_roles(
             "rows": len(gap.examples) + sum(gap.skipped.values()),
             "used": n_used,
             "skipped": {**gap_skipped, **{k: n for k, n in gap.skipped.items() if n}},
+            "resampled": "pages" if units["the GAP file"] == "documents" else "rows",
         }
         if n_used:
             acc = scores["coreference"][0].masked_fill(~present, torch.nan)  # (L, H)
@@ -216,9 +233,10 @@ def measure_roles(
             layer, h = divmod(flat, lm.n_heads)
             against = coreference.BASELINES[int(scores["coreference_against"][0])]
             base = float(scores[f"coref_{against}"][0])
-            boot = gap_sums.bootstrap_rows  # Wilson intervals over GAP's source pages
+            gap_boot = gap_sums.bootstrap_rows  # Wilson intervals over GAP's source pages
             hits = float(scores["coreference_hits"][0, layer, h])
-            interval, deff = _wilson(hits, n_used, scores["coreference"][boot, layer, h])
+            interval, deff = _wilson(hits, n_used, scores["coreference"][gap_boot, layer, h])
+            base_interval = _wilson(base * n_used, n_used, scores[f"coref_{against}"][gap_boot])[0]
             coref_result = CoreferenceResult(
                 layer=layer,
                 head=h,
@@ -230,9 +248,7 @@ def measure_roles(
                 interval=interval,
                 design_effect=deff,
                 baseline=against,
-                baseline_interval=_wilson(base * n_used, n_used, scores[f"coref_{against}"][boot])[
-                    0
-                ],
+                baseline_interval=base_interval,
                 p=float(scores["coreference_p"][0, layer, h]),
                 q=float(scores["coreference_q"][0, layer, h]),
             )

@@ -264,6 +264,14 @@ def test_roles_reliability_json_and_csv(
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == len(out["heads"])
     assert {"score_low", "score_high", "p", "q", "stable", "fold_agreement"} <= set(rows[0])
+    by_head = {(int(r["layer"]), int(r["head"])): r for r in rows}
+    for h in out["heads"]:  # the evidence's arcs and design effect, where there is evidence
+        row, ev = by_head[(h["layer"], h["head"])], h["evidence"] or {}
+        if "design_effect" in ev:
+            assert float(row["design_effect"]) == pytest.approx(ev["design_effect"], abs=1e-4)
+            assert int(row["count"]) == ev["count"]
+        else:
+            assert row["design_effect"] == "" and row["count"] == ""
     assert main([*argv, "--reliability", "3"]) == 0  # the terminal tables
     text = capsys.readouterr().out
     # accuracies print with their intervals, e.g. "57.5 [55.3-59.7]"

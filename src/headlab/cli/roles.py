@@ -205,6 +205,7 @@ def heads_csv(report: Any) -> str:
         [
             *("layer", "head", "role", "measured_role", "roles", "detail"),
             *("score", "score_low", "score_high", "baseline", "margin", "p", "q"),
+            *("count", "design_effect"),
             *("stability", "stable", "fold_agreement", "bootstrap_stability"),
             *names,
         ]
@@ -217,6 +218,7 @@ def heads_csv(report: Any) -> str:
             [h.layer, h.head, h.role, h.measured_role, "+".join(h.roles), h.detail]
             + [_fmt(v) for v in (h.score, low, high, h.baseline, h.margin)]
             + [_pfmt(ev.get("p")), _pfmt(ev.get("q"))]
+            + [str(ev.get("count", "")), _fmt(ev.get("design_effect"))]
             + [_fmt(h.stability), stable, _fmt(h.fold_agreement), _fmt(h.bootstrap_stability)]
             + [_fmt(h.scores.get(n)) for n in names]
         )

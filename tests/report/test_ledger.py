@@ -120,7 +120,7 @@ def test_verdicts_in_part_and_not_at_this_scale_at_their_bars() -> None:
     )
     v = _verdicts(rows)
     assert v[CLAIMS[0]] == PART  # several beat one on binding, but the one head does not average
-    assert v[CLAIMS[1]] == PART  # 2 of 5 families
+    assert v[CLAIMS[1]] == PART  # 1 of 5 families (a head counts for its reported role)
     assert v[CLAIMS[2]] == PART  # 67% unclassified, but the median best head is right 92%
     assert v[CLAIMS[3]] == PART  # 2e-4 > 1e-4
     assert v[CLAIMS[4]] == PART
@@ -192,12 +192,14 @@ def test_report_writes_the_ledger_from_result_files(
         assert f'id="{row["section"]}"' in page
 
 
-def test_roles_that_do_not_replicate_count_for_no_family() -> None:
-    """A head named on the whole data but by fewer than 4 of 5 folds (stable false) is reported
-    unclassified; the ledger must not count it as a family found."""
-    roles = _roles([["coreference"], ["syntactic"], ["delimiter"]], [0.95])
-    roles["heads"][0]["stable"] = False  # coreference on the whole data, not on the folds
+def test_only_roles_the_folds_tested_count() -> None:
+    """A head named on the whole data but by fewer than 4 of 5 folds is reported unclassified,
+    and a bar a head clears besides its role was never tested across folds: neither counts."""
+    roles = _roles([["delimiter", "coreference"], ["syntactic"], ["delimiter"]], [0.95])
+    roles["folds"] = 5
+    roles["heads"][1].update(role="unclassified", measured_role="syntactic", stable=False)
     figure = build_ledger(roles=roles)[1]["figure"]
-    assert "coreference 0" in figure and "syntax 1" in figure and "delimiters 1" in figure
-    roles["heads"][0]["stable"] = True
-    assert "coreference 1" in build_ledger(roles=roles)[1]["figure"]
+    assert "replicate in 5 folds" in figure
+    assert "coreference 0" in figure and "syntax 0" in figure and "delimiters 2" in figure
+    roles["folds"] = 0  # without folds the figure says nothing was checked
+    assert "no folds: not checked for replication" in build_ledger(roles=roles)[1]["figure"]

@@ -296,6 +296,11 @@ def test_one_document_resamples_sentences_and_says_so(
     assert out["folds"] == 0 and out["data"]["treebank"]["resampled"] == "sentences"
     assert "no folds (the treebank has 1 document" in captured.err
     assert "resamples treebank sentences, not documents" in captured.err
+    # no resamples: nothing resampled, no note about it
+    assert main([*argv, "--limit", "40", "--replicates", "0", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["data"]["treebank"]["resampled"] is None
+    assert "resamples" not in captured.err and "stability is the bootstrap's" not in captured.err
     # the bundled sample has enough documents: no note, documents resampled
     assert main([*argv[:3], "--no-gap", "--replicates", "5", "--json"]) == 0  # 25 documents
     captured = capsys.readouterr()
@@ -318,6 +323,16 @@ def test_a_small_gap_file_is_named_when_folds_are_off(
     err = capsys.readouterr().err
     assert "4 folds need at least 4 documents; the GAP file has 3" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_folds_note_names_every_data_set_too_small() -> None:
+    from headlab.roles.folds import no_folds_reason
+
+    tb = read_treebank(sample_path("treebank"), limit=10).sentences  # 2 documents
+    gap = read_gap(sample_path("gap"), limit=3).examples
+    both = no_folds_reason(tb, gap) or ""
+    assert "the treebank has 2 documents" in both and "the GAP file has 3 source pages" in both
+    assert no_folds_reason(read_treebank(sample_path("treebank")).sentences, None) is None
 
 
 def test_empty_resamples_are_not_counted_as_disagreeing(tiny_bert: Path) -> None:

@@ -56,16 +56,17 @@ def data_notes(prog: str, data: dict[str, Any], folds_off: str | None, replicate
     from headlab.roles.folds import MIN_RESAMPLED_DOCUMENTS
 
     if folds_off:
+        stability = "stability is the bootstrap's, and " if replicates else ""
         print(
-            f"{prog}: note: no folds ({folds_off}): stability is the bootstrap's, and roles "
-            "are not checked for replication",
+            f"{prog}: note: no folds ({folds_off}): {stability}roles are not checked for "
+            "replication",
             file=sys.stderr,
             flush=True,
         )
-    for name, unit in (("treebank", "sentences"), ("gap", "rows")):
-        if replicates and (data.get(name) or {}).get("resampled") == unit:
+    for name, label, unit in (("treebank", "treebank", "sentences"), ("gap", "GAP", "rows")):
+        if (data.get(name) or {}).get("resampled") == unit:
             print(
-                f"{prog}: note: the bootstrap resamples {name} {unit}, not documents: fewer "
+                f"{prog}: note: the bootstrap resamples {label} {unit}, not documents: fewer "
                 f"than {MIN_RESAMPLED_DOCUMENTS} documents; intervals and stability then "
                 "reflect these documents only",
                 file=sys.stderr,

@@ -190,20 +190,20 @@ def build_ledger(
     )
     if roles:
         heads = roles["heads"]
-        # a head may clear several bars (its role is the strongest); one whose role did not
-        # replicate across folds (stable false) counts for none
+        # each head counts for its reported role only: the one the folds tested (a head whose
+        # role did not replicate is reported unclassified); other bars it clears do not count
         found = {
-            name: sum(
-                1
-                for h in heads
-                if h.get("stable") is not False and role in (h.get("roles") or [h["role"]])
-            )
-            for name, role in FAMILIES.items()
+            name: sum(1 for h in heads if h["role"] == role) for name, role in FAMILIES.items()
         }
         n_found = sum(1 for v in found.values() if v)
-        r["figure"] = (
-            f"heads of {len(heads)} clearing each bar (roles that replicate): "
-            + ", ".join(f"{name} {n}" for name, n in found.items())
+        folds = roles.get("folds") or 0
+        checked = (
+            f"roles that replicate in {folds} folds"
+            if folds
+            else "no folds: not checked for replication"
+        )
+        r["figure"] = f"heads of {len(heads)} per role ({checked}): " + ", ".join(
+            f"{name} {n}" for name, n in found.items()
         )
         r["verdict"] = HOLDS if n_found == len(FAMILIES) else PART if n_found else SCALE
         unclassified = sum(1 for h in heads if h["role"] == "unclassified") / len(heads)

@@ -58,20 +58,22 @@ def default_reliability(treebank: Sequence[object], gap: Sequence[object] | None
 def no_folds_reason(treebank: Sequence[object], gap: Sequence[object] | None) -> str | None:
     """Why :func:`default_reliability` turns folds off (``None`` when it does not): the data
     set with too few documents, and how many it has."""
+    reasons = []
     docs = len({getattr(s, "doc_id", "") or getattr(s, "sent_id", "") for s in treebank})
     if docs < DEFAULT_FOLDS:
-        return (
+        reasons.append(
             f"the treebank has {docs} document{'s' * (docs != 1)} ('# newdoc id' or sent_id "
-            f"prefixes), {DEFAULT_FOLDS} folds need {DEFAULT_FOLDS}"
+            "prefixes)"
         )
     if gap is not None:
         pages = len({getattr(e, "source", "") or getattr(e, "id", "") for e in gap})
         if pages < DEFAULT_FOLDS:
-            return (
-                f"the GAP file has {pages} source page{'s' * (pages != 1)}, "
-                f"{DEFAULT_FOLDS} folds need {DEFAULT_FOLDS} (--no-gap leaves it out)"
+            reasons.append(
+                f"the GAP file has {pages} source page{'s' * (pages != 1)} (--no-gap leaves it out)"
             )
-    return None
+    if not reasons:
+        return None
+    return " and ".join(reasons) + f"; {DEFAULT_FOLDS} folds need {DEFAULT_FOLDS} each"
 
 
 #: the bootstrap resamples whole documents when a data set has at least this many (fewer say

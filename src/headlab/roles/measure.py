@@ -215,7 +215,7 @@ def measure_roles(
             "sentences": len(treebank) + sum(read_skipped.values()),
             "used": used,
             "skipped": {**tb_skipped, **read_skipped},
-            "resampled": "documents" if units["the treebank"] == "documents" else "sentences",
+            "resampled": _unit(options.replicates, units["the treebank"], "sentences"),
         },
     }
     coref_result = None
@@ -225,7 +225,7 @@ def measure_roles(
             "rows": len(gap.examples) + sum(gap.skipped.values()),
             "used": n_used,
             "skipped": {**gap_skipped, **{k: n for k, n in gap.skipped.items() if n}},
-            "resampled": "pages" if units["the GAP file"] == "documents" else "rows",
+            "resampled": _unit(options.replicates, units["the GAP file"], "rows"),
         }
         if n_used:
             acc = scores["coreference"][0].masked_fill(~present, torch.nan)  # (L, H)
@@ -265,6 +265,13 @@ def measure_roles(
         replicates=options.replicates,
         folds=k,
     )
+
+
+def _unit(replicates: int, unit: str, items: str) -> str | None:
+    """What the bootstrap resampled, for the report's data: documents, ``items``, or nothing."""
+    if not replicates:
+        return None
+    return "documents" if unit == "documents" else items
 
 
 def _wilson(hits: float, n: float, replicates: torch.Tensor) -> tuple[list[float | None], float]:

@@ -97,7 +97,8 @@ def test_roles_reports_each_pass_once_per_batch(tiny: dict[str, Path]) -> None:
     treebank, coref = rec.stages
     assert treebank["total"] == sum(treebank["steps"]) == report.data["treebank"]["used"]
     assert coref["total"] == sum(coref["steps"]) == LIMIT - sum(gap.skipped.values())
-    assert all(s["ended"] == 1 and s["unit"] == "sentences" for s in rec.stages)
+    assert all(s["ended"] == 1 for s in rec.stages)
+    assert (treebank["unit"], coref["unit"]) == ("sentences", "passages")  # GAP: passages
     # per batch, not per sentence: a few calls for the whole pass
     assert 1 < len(treebank["steps"]) < LIMIT
 
@@ -206,7 +207,7 @@ def test_roles_json_on_stdout_stage_lines_on_stderr(tiny: dict[str, Path]) -> No
     used = result["data"]["treebank"]["used"], result["data"]["gap"]["used"]
     assert [(p, n, u) for p, n, _, u in lines] == [
         ("headlab roles", "treebank", "sentences"),
-        ("headlab roles", "GAP", "sentences"),
+        ("headlab roles", "GAP", "passages"),
     ]
     assert int(lines[0][2]) == used[0] and int(lines[1][2]) >= used[1]
     assert "\x1b[" not in run.stderr  # no terminal codes in a log

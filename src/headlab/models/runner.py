@@ -123,6 +123,7 @@ def stream_corpus(
     part: tuple[int, int] = (0, 1),
     skip: int = 0,
     after_batch: Callable[[], None] | None = None,
+    unit: str = "sentences",
 ) -> list[Skipped]:
     """Like :func:`run_corpus`, but each batch's attention is computed in query blocks that a
     :class:`~headlab.models.streaming.BlockConsumer` sees during the forward pass.
@@ -130,8 +131,8 @@ def stream_corpus(
     ``consumer(batch)`` is called before the batch's forward pass (``batch.capture`` is
     ``None``) and returns what gets the blocks; no pattern is kept or recomputed afterwards.
     Each forward pass ends after the last layer's attention (nothing later changes a pattern).
-    ``progress`` and ``stage`` as in :func:`run_corpus` (the stage counts the sentences of
-    the batches this call runs).
+    ``progress`` and ``stage`` as in :func:`run_corpus` (the stage counts the items of the
+    batches this call runs, in ``unit``: sentences, or GAP's passages).
 
     ``part`` ``(rank, world)``: run only every ``world``-th batch from ``rank`` on (the batches
     are those of the whole corpus, so every sentence is batched as in one process); ``skip``:
@@ -140,7 +141,7 @@ def stream_corpus(
     """
     skipped: list[Skipped] = []
     for batch in _batches(
-        lm, sentences, batch_tokens, progress, stage, skipped, part=part, skip=skip
+        lm, sentences, batch_tokens, progress, stage, skipped, part=part, skip=skip, unit=unit
     ):
         blocks = consumer(batch)
         with (
@@ -165,6 +166,7 @@ def _batches(
     *,
     part: tuple[int, int] = (0, 1),
     skip: int = 0,
+    unit: str = "sentences",
 ) -> Iterator[Batch]:
     """Aligned, length-sorted, padded batches (``capture`` None); unalignable or too long
     sentences go to ``skipped`` with the reason. Each batch advances ``progress`` once its
@@ -186,7 +188,7 @@ def _batches(
     rank, world = part
     batches = list(_pack(items, batch_tokens))[rank::world][skip:]
     report = NO_PROGRESS if progress is None else progress
-    report.start(stage, sum(map(len, batches)), "sentences")
+    report.start(stage, sum(map(len, batches)), unit)
     for chunk in batches:
         inputs = encode(lm, [a.text for _, a in chunk])
         lengths = inputs["attention_mask"].sum(1).tolist()

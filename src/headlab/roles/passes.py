@@ -300,6 +300,7 @@ def _stream(
     cursor: Cursor,
     progress: Progress | None,
     name: str,
+    unit: str = "sentences",
 ) -> None:
     """Run ``texts`` (the batches ``cursor`` names) through the model, each batch's attention
     blocks into ``blocks(batch)``; count the sentences of the whole corpus that cannot be
@@ -316,6 +317,7 @@ def _stream(
         part=cursor.part,
         skip=cursor.skip,
         after_batch=cursor.after_batch,
+        unit=unit,
     ):
         skipped[s.kind or s.reason] += 1
 
@@ -436,7 +438,8 @@ def gap_pass(
     def blocks(batch: Batch) -> GapBlocks:
         return GapBlocks(lm, batch, gap.examples, sums, in_batches)
 
-    _stream(lm, [e.text for e in gap.examples], blocks, options, skipped, cursor, progress, "GAP")
+    texts = [e.text for e in gap.examples]
+    _stream(lm, texts, blocks, options, skipped, cursor, progress, "GAP", "passages")
     return dict(skipped)
 
 

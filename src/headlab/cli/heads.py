@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._model import add_model_arguments, load_model
+from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
 from headlab.cli.heads_image import add_image_arguments, run_image
 
@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         type=text("a model folder"),
-        help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
+        help=MODEL_HELP,
     )
     add_model_arguments(p)
     pair = p.add_argument_group(

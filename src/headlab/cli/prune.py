@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
-from headlab.cli._model import add_model_arguments, load_model, model_device, text_side
+from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device, text_side
 from headlab.cli._output import console, emit_json, human_bytes
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         type=text("a model folder"),
-        help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
+        help=MODEL_HELP,
     )
     add_model_arguments(p)
     p.add_argument("--fraction", type=number(), help="share of heads to remove, in (0, 1)")

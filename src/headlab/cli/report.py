@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._model import add_model_arguments, load_model, text_side
+from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, text_side
 from headlab.cli._output import data_notes, native_note
 from headlab.cli._progress import progress_for
 from headlab.cli.heads import LESSON_SENTENCE
@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--model",
         type=text("a model folder"),
-        help="a model folder, tiny-shakespeare, or a model name in the local Hugging Face cache (default: all-MiniLM-L6-v2)",
+        help=MODEL_HELP,
     )
     add_model_arguments(p)
     p.add_argument(

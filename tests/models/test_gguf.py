@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import torch
+from tests.conftest import needs_smollm2
 
 from headlab.errors import ModelLoadError, UnsupportedModelError
 from headlab.models import gguf, load
 from headlab.models.loading import bundled_model_path
-from tests.conftest import needs_smollm2
 
 PROMPT = "The capital of France is"
 
@@ -111,9 +111,8 @@ def test_an_interrupted_conversion_leaves_no_folder(
 ) -> None:
     """A conversion that fails while writing (a full disk, a kill) leaves nothing a later run
     would take for a converted model: the folder appears whole or not at all."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from tests.models.tiny import tokenizer_path
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
     source = _write_gguf(tmp_path / "tiny.gguf", "llama")
@@ -147,9 +146,8 @@ def test_a_converted_folder_records_its_source_and_is_reused(
 ) -> None:
     """What a conversion writes is a model folder headlab and transformers load, with a record
     of the file it came from; a changed file converts anew (its key changes)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from tests.models.tiny import tokenizer_path
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
     source = _write_gguf(tmp_path / "tiny.gguf", "llama")

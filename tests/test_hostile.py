@@ -87,6 +87,9 @@ def build_files(root: Path) -> None:
         json.dumps({"curve": [{"heads_removed": 0, "fraction": 0, "metric": 1, "loss": 0}]})
     )
     (root / "text.txt").write_text("to be or not to be " * 600, encoding="utf-8")
+    (root / "zip.gguf").write_bytes(b"PK\x03\x04" + b"\0" * 60)  # a zip named .gguf
+    (root / "cut.gguf").write_bytes(b"GGUF\x03\x00\x00")  # the magic, then nothing
+    (root / "folder.gguf").mkdir()
     tiny = bundled_model_path("tiny-shakespeare")
     for name, layers in (("six-layers", 6), ("two-layers", 2)):
         folder = root / name
@@ -189,6 +192,20 @@ CASES: dict[str, Case] = {
     ),
     "spec 100k-deep JSON list": Case(["spec", f"{F}/deep.json"], 1, "nested too deeply"),
     "spec 100k-deep JSON object": Case(["spec", f"{F}/deep-object.json"], 1, "nested too deeply"),
+    # GGUF files: refused by their bytes, before any conversion
+    "heads --model missing.gguf": Case(
+        ["heads", "--model", f"{F}/missing.gguf"], 1, "missing.gguf does not exist"
+    ),
+    "roles --model zip.gguf": Case(
+        ["roles", "--model", f"{F}/zip.gguf"], 1, "is not a GGUF file (it starts with"
+    ),
+    "prune --model cut.gguf": Case(
+        ["prune", "--curve", "--model", f"{F}/cut.gguf"], 1, "cannot read the GGUF file"
+    ),
+    "spec zip.gguf": Case(["spec", f"{F}/zip.gguf"], 1, "is not a GGUF file"),
+    "report --model a folder named .gguf": Case(
+        ["report", "--model", f"{F}/folder.gguf", "--out", "r"], 1, "(expected a .gguf file)"
+    ),
     # data files
     "roles --frequencies empty": Case(
         ["roles", "--frequencies", f"{F}/empty.tsv"], 1, "an empty frequency table"

@@ -70,3 +70,17 @@ def test_spec_compare_and_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert "DeepSeek-V3" in listing and "MLA" in listing
     assert main(["spec", "gpt2", "--dtype", "fp64"]) == 1
     assert "unknown dtype 'fp64'" in capsys.readouterr().err
+
+
+def test_heads_on_a_causal_model_defaults_to_the_last_word(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A decoder's last word predicts the next token and sees the whole sentence: it is the
+    default there (its third occurrence named as such)."""
+    text = "John met Mary and then John thanked John."
+    assert main(["heads", text, "--model", "tiny-shakespeare", "--json", "-q"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["word"] == "John#3"
+    assert len(data["heads"]) == 4 * 4  # tiny-shakespeare: 4 layers x 4 heads
+    assert main(["heads", "The cat sat on the mat.", "--model", "tiny-shakespeare", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["word"] == "mat"

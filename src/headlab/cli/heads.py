@@ -41,8 +41,9 @@ def add_parser(sub: Any) -> None:
         type=text("a word"),
         help=(
             f"the attending word; WORD#2 for its second occurrence (default: {LESSON_WORD!r} in "
-            "the lesson's sentence, else the sentence's longest word, the first of equals; "
-            "with --trace, the parse's root)"
+            "the lesson's sentence, else the sentence's longest word, the first of equals; a "
+            "causal model's last word, whose attention predicts the next token; with --trace, "
+            "the parse's root)"
         ),
     )
     p.add_argument(
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         )
     layers = chosen_layers(args, lm, list(range(lm.n_layers)))
     wa = word_attention(lm, args.text, layers=layers)
-    word = args.word or _default_word(args.text, wa.alignment)
+    word = args.word or _default_word(args.text, wa.alignment, last=lm.causal)
     wa.alignment.word_index(word)  # a clear error if the word is missing
     rows = _rows(args, lm, wa, word, {layer: layer for layer in layers})
     if args.json:
@@ -372,9 +373,11 @@ def _print(
     console().print(table)
 
 
-def _default_word(text: str, alignment: Any) -> str:
+def _default_word(text: str, alignment: Any, *, last: bool = False) -> str:
     """The lesson's word for the lesson's sentence; else the longest word that is not
-    punctuation (content words run longer than "the" or "of"), the first of equals."""
+    punctuation (content words run longer than "the" or "of"), the first of equals; with
+    ``last`` (a causal model), the last word that is not punctuation: where the model predicts
+    what comes next, and the one word that sees the whole sentence."""
     from headlab.errors import InputError
     from headlab.roles.geometry import is_punctuation
 
@@ -387,6 +390,8 @@ def _default_word(text: str, alignment: Any) -> str:
     ]
     if not words:
         raise InputError(f"the sentence has no word to attend from: {text!r}")
+    if last:
+        return words[-1] if words.count(words[-1]) == 1 else f"{words[-1]}#{words.count(words[-1])}"
     return max(words, key=len)  # max keeps the first of equals
 
 

@@ -81,6 +81,18 @@ def test_an_architecture_transformers_cannot_dequantize_is_named(tmp_path: Path)
     ), "a refused file left a folder in the cache"
 
 
+def test_an_unwritable_cache_is_named_with_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    monkeypatch.setenv("HEADLAB_CACHE", str(blocker / "cache"))
+    path = _write_gguf(tmp_path / "tiny.gguf", "llama")
+    with pytest.raises(ModelLoadError, match="set HEADLAB_CACHE to a writable folder") as info:
+        load(str(path))
+    assert "\n" not in str(info.value)
+
+
 def test_without_the_package_smollm2_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -25,7 +25,8 @@ import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -189,13 +190,40 @@ def folder_for(path: str | Path, *, notify: Callable[[str], None] | None = None)
             f"{source.name}: GGUF architecture {arch!r} is not one transformers can dequantize "
             f"({', '.join(known)})"
         )
-    if notify is not None:
-        notify(
-            f"converting {source.name} ({arch}) to a float32 model folder in {folder} "
-            "(once; later runs reuse it)"
-        )
-    _convert(source, folder, arch)
+    with _lock(folder):  # one conversion at a time: torchrun's ranks wait for the first
+        if _ready(folder):
+            return folder
+        if notify is not None:
+            notify(
+                f"converting {source.name} ({arch}) to a float32 model folder in {folder} "
+                "(once; later runs reuse it)"
+            )
+        _convert(source, folder, arch)
     return folder
+
+
+@contextmanager
+def _lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock beside ``folder`` (where ``fcntl`` exists; elsewhere none)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: the atomic rename still keeps it whole
+        yield
+        return
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(folder.parent / f".{folder.name}.lock", "w")  # noqa: SIM115
+    except OSError as exc:
+        raise ModelLoadError(
+            f"cannot write to {folder.parent} ({exc.strerror or exc}); set HEADLAB_CACHE to a "
+            "writable folder"
+        ) from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _convert(source: Path, folder: Path, arch: str) -> None:

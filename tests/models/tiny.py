@@ -98,12 +98,12 @@ def build(
 ) -> Path:
     """Save a tiny random model of ``family`` with the MiniLM tokenizer into ``folder`` (with
     its causal language-model head when ``lm_head``; ``overrides``: config fields to change,
-    e.g. ``sliding_window=2``)."""
+    e.g. ``sliding_window=2``, or ``vocab_size`` below the tokenizer's for weight-only tests)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-    spec = {**FAMILIES[family], **overrides}
+    spec = {"vocab_size": VOCAB, **FAMILIES[family], **overrides}
     model_type = spec.pop("model_type")
-    config = AutoConfig.for_model(model_type, vocab_size=VOCAB, **spec)
+    config = AutoConfig.for_model(model_type, **spec)
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     model = (AutoModelForCausalLM if lm_head else AutoModel).from_config(config)

@@ -418,12 +418,18 @@ def test_coreference_counts_the_right_name(batch) -> None:
 def test_induction_score_reads_the_token_after_the_earlier_copy() -> None:
     half, start = 4, 1
     t = start + 2 * half
-    pattern = torch.zeros(1, 2, t, t)
+    pattern = torch.zeros(1, 4, t, t)
     pattern[0, 0] = torch.eye(t)  # head 0 attends to itself
     for i in range(half - 1):  # head 1 is a perfect induction head
         pattern[0, 1, start + half + i, start + i + 1] = 1.0
+    for i in range(1, t):  # head 2 attends to the previous token everywhere
+        pattern[0, 2, i, i - 1] = 1.0
+    for i in range(half):  # head 3: to the earlier occurrence of the same token
+        pattern[0, 3, start + half + i, start + i] = 1.0
     score = induction.collect(pattern, half, start)
-    assert score[0].tolist() == [0.0, 1.0]
+    assert score["induction"][0].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert score["previous_token"][0].tolist() == [0.0, 0.0, 1.0, 0.0]
+    assert score["duplicate_token"][0].tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
 def test_poisson_bootstrap_replicate_zero_is_the_plain_sum() -> None:

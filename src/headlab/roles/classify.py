@@ -1,12 +1,13 @@
 """From scores to roles: each head's dominant role, or "unclassified".
 
 A role is open to a head when its score clears the role's bar: the literature's threshold
-(positional 0.9, delimiter 0.5, rare-token 0.5, broad 0.78 of the largest entropy, induction 0.3)
-or, for syntactic and coreference heads, the best baseline plus a margin (10 points) *and* a
-significant difference on the same arcs (exact McNemar test, Benjamini-Hochberg q < 0.05). Among the
-open roles the dominant one is the one that clears its bar by the largest share of the room left
-above it, ``(score - bar) / (1 - bar)``. A head that clears no bar is "unclassified": an honest
-answer for most heads, not a failure.
+(positional 0.9, delimiter 0.5, rare-token 0.5, broad 0.78 of the largest entropy; on causal
+models induction 0.3, previous-token 0.5, duplicate-token 0.3) or, for syntactic and
+coreference heads, the best baseline plus a margin (10 points) *and* a significant difference
+on the same arcs (exact McNemar test, Benjamini-Hochberg q < 0.05). Among the open roles the
+dominant one is the one that clears its bar by the largest share of the room left above it,
+``(score - bar) / (1 - bar)``. A head that clears no bar is "unclassified": an honest answer
+for most heads, not a failure.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ ROLES = (
     "coreference",
     "broad",
     "induction",
+    "previous-token",
+    "duplicate-token",
 )
 UNCLASSIFIED = "unclassified"
 LETTERS = {
@@ -35,6 +38,8 @@ LETTERS = {
     "coreference": "C",
     "broad": "B",
     "induction": "I",
+    "previous-token": "T",
+    "duplicate-token": "U",
     UNCLASSIFIED: "·",
 }
 
@@ -50,6 +55,10 @@ class Thresholds:
     coreference_margin: float = 0.10
     broad: float = BROAD_RATIO
     induction: float = 0.3
+    #: mean weight on the previous token: most of the head's weight (docs/roles.md)
+    previous_token: float = 0.5
+    #: mean weight on the earlier occurrence of the same token, on induction's scale
+    duplicate_token: float = 0.3
     #: relations with fewer gold arcs than this do not make a head syntactic
     min_relation_count: int = 100
     #: a syntactic or coreference head must also beat its baseline on the same arcs with a

@@ -97,6 +97,7 @@ def measure_roles(
         [s.heads for s in treebank],
         [[rel_id.get(r, -1) for r in s.relations] for s in treebank],
         len(relations),
+        causal=lm.causal,
     )
     k = options.reliability
 
@@ -171,6 +172,11 @@ def measure_roles(
     counts = tuple(lm.layout.heads_per_layer)  # a model pruned layer by layer has fewer in some
     present = torch.arange(lm.n_heads)[None, :] < torch.tensor(counts)[:, None]  # (L, H)
     gap_sums = None if gap_stage is None else gap_stage.sums
+    copying = None
+    if lm.causal:  # Olsson et al.'s OV eigenvalue score, from the weights
+        from headlab.roles.copying import copying_scores
+
+        copying = copying_scores(lm)
     evidence, scores, syn = score_evidence(
         tb.sums,
         gap_sums,
@@ -179,6 +185,7 @@ def measure_roles(
         offsets=offsets,
         relations=relations,
         present=present,
+        copying=copying,
     )
     # resamples that drew no sentence (or no GAP row) say nothing; they are left out of the
     # bootstrap share rather than counted as disagreeing

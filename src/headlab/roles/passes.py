@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -108,6 +108,7 @@ class TreebankBlocks(_Follows):
 
     _placed = (
         "geo",
+        "positional_geo",
         "_columns",
         "_owners",
         "gold_head",
@@ -138,6 +139,7 @@ class TreebankBlocks(_Follows):
         n_batch = len(batch.indices)
         rel_id = {r: i for i, r in enumerate(relations)}
         n_rel = self.n_rel = len(relations)
+        self.causal = causal = lm.causal
         gold_head = [[-1] * n_words for _ in range(n_batch)]
         relation = [[n_rel] * n_words for _ in range(n_batch)]
         rare_target = [[False] * n_words for _ in range(n_batch)]
@@ -155,19 +157,17 @@ class TreebankBlocks(_Follows):
                 if h >= 0 and r >= 0:
                     gold_head[b][plain[k]] = plain[h]
                     relation[b][plain[k]] = r
-            counts[b], base[b] = syntactic.sentence_counts(s.heads, rels, n_rel)
+            counts[b], base[b] = syntactic.sentence_counts(s.heads, rels, n_rel, causal=causal)
             if offsets is not None:
                 to_head, to_dep = syntactic.baseline_flags(s.heads, rels, offsets)
                 for k in range(len(s.words)):
                     base_to_head[b][plain[k]] = to_head[k]
                     base_to_dep[b, plain[k], sorted(to_dep[k])] = True
             target = rare.targets(s.words, frequencies)
-            n_target = sum(target)
-            if n_target and len(s.words) > n_target:
-                for k, t in enumerate(target):
-                    rare_target[b][plain[k]] = t
-                    rare_query[b][plain[k]] = not t
-                rare_chance[b] = (len(s.words) - n_target) * n_target / (len(s.words) - 1)
+            queries, rare_chance[b] = rare.queries(target, causal=causal)
+            for k, (t, q) in enumerate(zip(target, queries, strict=True)):
+                rare_target[b][plain[k]] = t
+                rare_query[b][plain[k]] = q
 
         def table(rows: list[list[Any]], dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(rows, dtype=dtype, device=device).view(n_batch, n_words)
@@ -183,6 +183,13 @@ class TreebankBlocks(_Follows):
             self.base_to_dep = base_to_dep.to(device)
         idx = batch.indices
         sums.add("queries", idx, geo.query.sum(1).float())
+        # a causal row sees no later token: the positional offsets are -3..0, on the rows that
+        # see all four (the first rows' argmax would be at 0 or -1 for want of other keys)
+        self.positional_geo = geo
+        if causal:
+            early = torch.arange(n_positions, device=device)[None, :] < -positional.OFFSETS[0]
+            self.positional_geo = replace(geo, query=geo.query & ~early)
+            sums.add("positional.queries", idx, self.positional_geo.query.sum(1).float())
         sums.add("broad.rows", idx, (geo.query & (geo.log_visible > 0)).sum(1).float())
         sums.add("rare.queries", idx, self.rare_query.sum(1).float())
         sums.add("rare.chance", idx, rare_chance)
@@ -223,7 +230,7 @@ class TreebankBlocks(_Follows):
         if mixed is None:
             mixed = weights @ self._columns[:, None, : weights.shape[-1]]
         parts = (  # weights (B, H, t, s)
-            positional.collect(weights, geo, start, top=top),
+            positional.collect(weights, self.positional_geo, start, top=top),
             delimiter.collect(weights, geo, start, mass=mixed[..., :3]),
             broad.collect(weights, geo, start, entropy=entropy),
         )
@@ -257,7 +264,13 @@ class TreebankBlocks(_Follows):
         else:
             return
         arcs = syntactic.collect(
-            argmax, self.gold_head, self.relation, self.n_rel, self.base_to_head, self.base_to_dep
+            argmax,
+            self.gold_head,
+            self.relation,
+            self.n_rel,
+            self.base_to_head,
+            self.base_to_dep,
+            causal=self.causal,
         )
         if arcs.dim() == 5:  # hits, and the arcs where the baseline is right too
             self.layer_sums.add("syntactic.hits", arcs[..., 0])
@@ -362,6 +375,10 @@ class GapBlocks(_Follows):
             if len(p_words) != 1 or not all(c_words) or set(c_words[0]) & set(c_words[1]):
                 skipped["pronoun or names not matched to words"] += 1
                 continue
+            if lm.causal and max(max(c) for c in c_words) > p_words[0]:
+                # the pronoun cannot see a name after it: the head would choose by default
+                skipped["a name after the pronoun (causal model)"] += 1
+                continue
             self.valid[b] = 1.0
             pronoun[b] = p_words[0]
             for c, ws in enumerate(c_words):
@@ -454,6 +471,8 @@ def induction_pass(
     cursor: Cursor = Cursor(),
     progress: Progress | None = None,
 ) -> None:
+    """Add the repeated random sequences' sums (:mod:`~headlab.roles.probes.induction`: the
+    induction, previous-token and duplicate-token weights) into ``sums``."""
     from headlab.models.capture import HeadCapture
 
     ids, start = induction.sequences(
@@ -476,10 +495,11 @@ def induction_pass(
                 lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
             sums.add("induction.n", items, torch.ones(len(items)))
             for layer in range(lm.n_layers):
-                value = induction.collect(cap.pattern(layer), options.induction_length, start)
-                sums.add_layer(
-                    "induction.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
-                )
+                values = induction.collect(cap.pattern(layer), options.induction_length, start)
+                for key, value in values.items():
+                    sums.add_layer(
+                        f"{key}.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
+                    )
             if cursor.after_batch is not None:
                 cursor.after_batch()
             report.advance(len(items))

@@ -126,12 +126,14 @@ def evidence(
     offsets: torch.Tensor,
     relations: Sequence[str],
     present: torch.Tensor,
+    copying: torch.Tensor | None = None,
 ) -> tuple[RoleEvidence, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Every role's score, baseline and bar for every row of the sums, and the tests behind them.
 
     ``offsets`` ``(Rel, 2)``: the baseline offsets the pass counted with; ``present`` ``(L, H)``:
     the heads the model has (a pruned layer has fewer): the families of the multiple-comparison
-    correction are made of them.
+    correction are made of them. ``copying`` ``(L, H)``: each head's OV copying score
+    (:mod:`headlab.roles.copying`; NaN where unknown), shown beside the induction score.
     """
     scores: dict[str, torch.Tensor] = {}
     scores.update(positional.scores(tb))
@@ -200,6 +202,10 @@ def evidence(
     if ind is not None and "induction.n" in ind:
         scores.update(induction.scores(ind))
         fixed("induction", "induction", thresholds.induction)
+        fixed("previous-token", "previous-token", thresholds.previous_token)
+        fixed("duplicate-token", "duplicate-token", thresholds.duplicate_token)
+    if copying is not None:  # from the weights: the same in every row
+        scores["copying"] = copying.to(torch.float64)[None].expand(shape).clone()
     return RoleEvidence(score=score, baseline=baseline, bar=bar), scores, syn
 
 
@@ -311,12 +317,16 @@ def head_role(
         ]
     elif measured == "broad":
         detail = f"{value('entropy') or 0.0:.2f} nats"
+    elif measured == "induction" and value("copying") is not None:
+        detail = f"copying {value('copying'):+.2f}"
     if proof is None and measured in evidence.score:  # a literature bar, no baseline to test
         proof = {
             "probe": measured,
             "score": score,
             "bar": _number(float(evidence.bar[measured][0, layer, h])),
         }
+        if measured == "induction" and "copying" in scores:  # evidence shown, not required
+            proof["copying"] = value("copying")
     if stable is False:
         detail = f"unstable: {measured} in {folds:.0%} of folds" + (
             f" ({detail})" if detail else ""
@@ -335,6 +345,9 @@ def head_role(
         "broad",
         "entropy",
         "induction",
+        "copying",
+        "previous-token",
+        "duplicate-token",
     )
     return HeadRole(
         layer=layer,

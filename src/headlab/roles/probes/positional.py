@@ -4,6 +4,10 @@ For each offset ``k`` in -3..+3, the share of (real, non-special) query tokens w
 argmax is the token at ``t + k``; a head is positional when one offset reaches 0.9 (Voita et al.
 2019, "Analyzing Multi-Head Self-Attention", section 4.2). Also the mean weight on the previous and
 on the next token (Clark et al. 2019, "What Does BERT Look At?", section 3.1).
+
+On a causal model the later offsets cannot be reached (their weights are 0), so the offsets are
+-3..0 and the rows are the tokens that see all four of them (from the fourth token on); the
+mean weight on the next token does not exist there.
 """
 
 from __future__ import annotations
@@ -59,13 +63,19 @@ def collect(
 
 
 def scores(sums: Sums) -> dict[str, torch.Tensor]:
-    """``positional`` (best offset's share), ``positional_offset``, ``previous``, ``next``."""
-    queries = sums.get("queries")[:, None, None]  # (R+1, 1, 1)
+    """``positional`` (best offset's share), ``positional_offset``, ``previous``, ``next``.
+
+    A causal model's pass counts its own rows (``positional.queries``: those that see the
+    offsets -3..0); no row of it sees the next token, so it has no ``next``."""
+    causal = "positional.queries" in sums
+    queries = sums.get("positional.queries" if causal else "queries")[:, None, None]
     shares = ratio(sums.get("positional.hits"), queries[..., None])  # (R+1, L, H, 7)
     best, where = shares.max(-1)
-    return {
+    out = {
         "positional": best,
         "positional_offset": torch.tensor(OFFSETS, device=where.device)[where],
         "previous": ratio(sums.get("previous"), queries),
-        "next": ratio(sums.get("next"), queries),
     }
+    if not causal:
+        out["next"] = ratio(sums.get("next"), queries)
+    return out

@@ -28,6 +28,27 @@ def targets(words: Sequence[str], frequencies: Counter[str]) -> list[bool]:
     return [c == lowest for c in counts]
 
 
+def queries(target: Sequence[bool], *, causal: bool = False) -> tuple[list[bool], float]:
+    """Which words are queries, and the expected hits of a uniform argmax over them.
+
+    The targets are not queries, and a sentence of targets only has none. A word's argmax
+    chooses among the other words (``n - 1``), of which the targets are ``n_target``. On a
+    ``causal`` model a word sees only the words before it: it is a query only when a target is
+    among them, and its chance is the targets' share of the words before it."""
+    n, n_target = len(target), sum(target)
+    if not n_target or n == n_target:
+        return [False] * n, 0.0
+    if not causal:
+        return [not t for t in target], (n - n_target) * n_target / (n - 1)
+    flags, chance, before = [], 0.0, 0
+    for k, t in enumerate(target):
+        flags.append(not t and before > 0)
+        if flags[-1]:
+            chance += before / k
+        before += int(t)
+    return flags, chance
+
+
 def collect(word_argmax: torch.Tensor, rare: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """word_argmax ``(B, H, W)``, rare and queries ``(B, W)`` bool -> hits ``(B, H)``."""
     n_batch, n_heads, n_words = word_argmax.shape

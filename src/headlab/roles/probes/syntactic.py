@@ -59,7 +59,7 @@ OFFSETS = tuple(k for k in range(-MAX_OFFSET, MAX_OFFSET + 1) if k != 0)
 
 
 def sentence_counts(
-    heads: Sequence[int], relations: Sequence[int], n_relations: int
+    heads: Sequence[int], relations: Sequence[int], n_relations: int, *, causal: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gold arc counts ``(R, 2)`` and fixed-offset baseline hits ``(R, 2, offsets)`` of a sentence.
 
@@ -67,6 +67,11 @@ def sentence_counts(
     Dependent to head: one count per arc, a baseline hit at offset ``head - dependent``. Head to
     dependent: one count per (head word, relation) pair; its baseline offsets are those at which
     the head finds a dependent of that relation (``dependent - head``), one hit each.
+
+    ``causal``: a word sees only the words before it, so only arcs whose target is to the left
+    of the attending word count: dependent to head where the head comes first, head to
+    dependent for the (head word, relation) pairs with a dependent before the head, and the
+    baseline's offsets on those arcs only (all negative).
     """
     n_offsets = len(OFFSETS)
     head = np.asarray(heads, dtype=np.int64)
@@ -74,16 +79,21 @@ def sentence_counts(
     arc = (head >= 0) & (rel >= 0)
     dep = np.flatnonzero(arc)
     head, rel = head[arc], rel[arc]
-    pairs = np.unique(head * n_relations + rel) % n_relations  # one per (head, relation)
-    counts = np.bincount(rel * 2, minlength=n_relations * 2)
+    left_head = head < dep if causal else np.ones(len(dep), dtype=bool)
+    left_dep = dep < head if causal else np.ones(len(dep), dtype=bool)
+    # one per (head, relation)
+    pairs = np.unique(head[left_dep] * n_relations + rel[left_dep]) % n_relations
+    counts = np.bincount(rel[left_head] * 2, minlength=n_relations * 2)
     counts += np.bincount(pairs * 2 + 1, minlength=n_relations * 2)
     offset = head - dep  # dependent to head; head to dependent is -offset
     near = (offset != 0) & (np.abs(offset) <= MAX_OFFSET)
-    offset, rel = offset[near], rel[near]
     # OFFSETS skips 0: index k + MAX_OFFSET below it, k + MAX_OFFSET - 1 above
-    to_head = offset + MAX_OFFSET - (offset > 0)
-    to_dep = -offset + MAX_OFFSET - (offset < 0)
-    cells = np.concatenate([(rel * 2) * n_offsets + to_head, (rel * 2 + 1) * n_offsets + to_dep])
+    up, down = near & left_head, near & left_dep
+    to_head = offset[up] + MAX_OFFSET - (offset[up] > 0)
+    to_dep = -offset[down] + MAX_OFFSET - (offset[down] < 0)
+    cells = np.concatenate(
+        [(rel[up] * 2) * n_offsets + to_head, (rel[down] * 2 + 1) * n_offsets + to_dep]
+    )
     base = np.bincount(cells, minlength=n_relations * 2 * n_offsets)
     return (
         torch.from_numpy(counts).float().view(n_relations, 2),
@@ -99,13 +109,18 @@ def offset_index(offset: int) -> int:
 
 
 def best_offsets(
-    heads: Sequence[Sequence[int]], relations: Sequence[Sequence[int]], n_relations: int
+    heads: Sequence[Sequence[int]],
+    relations: Sequence[Sequence[int]],
+    n_relations: int,
+    *,
+    causal: bool = False,
 ) -> torch.Tensor:
     """The best fixed offset ``(R, 2)`` (an index into :data:`OFFSETS`) of each relation and
-    direction over the sentences' gold trees (relation ids as :func:`sentence_counts`)."""
+    direction over the sentences' gold trees (relation ids and ``causal`` as
+    :func:`sentence_counts`)."""
     base = torch.zeros(n_relations, 2, len(OFFSETS), dtype=torch.float64)
     for h, r in zip(heads, relations, strict=True):
-        base += sentence_counts(h, r, n_relations)[1].double()
+        base += sentence_counts(h, r, n_relations, causal=causal)[1].double()
     return base.argmax(-1)
 
 
@@ -136,6 +151,8 @@ def collect(
     n_relations: int,
     base_to_head: torch.Tensor | None = None,
     base_to_dep: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
 ) -> torch.Tensor:
     """Arc hits ``(B, H, R, 2)`` from word_argmax ``(B, H, W)``, or ``(B, H, R, 2, 2)`` with
     the baseline's flags: ``[..., 0]`` the head's hits, ``[..., 1]`` the arcs where the head and
@@ -146,13 +163,19 @@ def collect(
     ``base_to_head`` ``(B, W)`` bool: the baseline offset finds the word's head;
     ``base_to_dep`` ``(B, W, R + 1)`` bool: the baseline offset finds a dependent of the word
     with that relation (see :func:`baseline_flags`).
+
+    ``causal``: only an argmax on an earlier word counts (a row that sees no candidate word,
+    the first word's, has its argmax on a word it cannot see, by tie-breaking among zeros).
     """
     n_batch, n_heads, n_words = word_argmax.shape
+    me = torch.arange(n_words, device=word_argmax.device)
     to_head = (word_argmax == gold_head[:, None, :]).float()  # (B, H, W)
     flat = word_argmax.reshape(n_batch, -1)
     head_of_target = gold_head.gather(1, flat).view(n_batch, n_heads, n_words)
-    me = torch.arange(n_words, device=word_argmax.device)
     to_dependent = (head_of_target == me).float()  # the target's head is me
+    if causal:
+        seen = (word_argmax < me).float()
+        to_head, to_dependent = to_head * seen, to_dependent * seen
     target_relation = relation.gather(1, flat).view(n_batch, n_heads, n_words)
     shape = (n_batch, n_heads, n_relations + 1)  # the last slot collects "no relation"
     dep_hits = to_head.new_zeros(shape).scatter_add_(

@@ -162,3 +162,26 @@ def text_side(lm: Any) -> Any:
     from headlab.models.seq2seq import is_encoder_decoder, text_encoder
 
     return text_encoder(lm) if is_encoder_decoder(lm) else lm
+
+
+def has_lm_head(model: str) -> bool | None:
+    """Whether ``--model`` names a causal language model with its head, told without loading
+    it: the bundled models and GGUF files are; a folder is when its ``config.json`` names a
+    ``...ForCausalLM`` or ``...LMHeadModel`` architecture; ``None`` for a cached model name."""
+    import json
+    from pathlib import Path
+
+    from headlab.models.gguf import is_gguf_path
+    from headlab.models.loading import BUNDLED
+
+    if model in BUNDLED or is_gguf_path(model):
+        return True
+    folder = Path(model)
+    if not folder.exists():
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        names = config.get("architectures") or []
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False  # load() says what is wrong with the folder
+    return any(str(n).endswith(("ForCausalLM", "LMHeadModel")) for n in names)

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
-from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device, text_side
+from headlab.cli._model import (
+    MODEL_HELP,
+    add_model_arguments,
+    has_lm_head,
+    load_model,
+    model_device,
+    text_side,
+)
 from headlab.cli._output import console, emit_json, human_bytes
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
@@ -45,9 +52,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an --out folder headlab wrote")
     p.add_argument(
         "--metric",
-        choices=("stsb", "fidelity", "perplexity"),
-        help="stsb (Spearman), fidelity (cosine to the unpruned embeddings) or perplexity "
-        "(causal models; needs --text). Default: stsb for encoders, perplexity for causal models",
+        choices=("stsb", "fidelity", "perplexity", "ioi"),
+        help="stsb (Spearman), fidelity (cosine to the unpruned embeddings), perplexity (causal "
+        "models, on --text) or ioi (causal models: logit difference of the indirect object over "
+        "the subject, Wang et al. 2022). Default: stsb for encoders, perplexity for causal models",
     )
     p.add_argument(
         "--importance",
@@ -133,8 +141,17 @@ def add_parser(sub: Any) -> None:
         type=int,
         help="score importance on this many pairs, evenly spaced through the file (default all)",
     )
-    p.add_argument("--text", type=text("a file"), help="held-out text file for perplexity")
-    p.add_argument("--limit", type=integer(2, 10**9), help="use at most this many STS-B pairs")
+    p.add_argument(
+        "--text",
+        type=text("a file"),
+        help="text file for perplexity: importance on its first half, perplexity on the second "
+        "(default: the bundled TinyShakespeare sample)",
+    )
+    p.add_argument(
+        "--limit",
+        type=integer(2, 10**9),
+        help="use at most this many STS-B pairs (--metric ioi: this many evaluation prompts)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="machine-readable output")
     out.add_argument("--csv", action="store_true", help="the curve as CSV")
@@ -204,7 +221,10 @@ def _run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    lm = load_model(args, with_lm_head=options.needs_lm_head)
+    wanted = _wants_lm_head(args, options)
+    lm = load_model(args, with_lm_head=bool(wanted))
+    if wanted is None and lm.causal:  # a cached model name: a decoder is scored with its head
+        lm = load_model(args, with_lm_head=True)
     from headlab.models.seq2seq import is_encoder_decoder
 
     if is_encoder_decoder(lm):
@@ -245,6 +265,15 @@ def _run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"headlab prune: {note}", file=sys.stderr)
     return _print(args, result.to_json())
+
+
+def _wants_lm_head(args: argparse.Namespace, options: Any) -> bool | None:
+    """Whether ``--model`` loads with its language-model head: for perplexity and IOI (the
+    default of causal models is perplexity) when it is a causal language model with one;
+    ``None`` when only the loaded model can tell (a cached model name)."""
+    if options.metric not in (None, "perplexity", "ioi") or args.model is None:
+        return False
+    return has_lm_head(args.model)
 
 
 def shares(value: str) -> tuple[float, ...]:
@@ -332,16 +361,28 @@ def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
 
     con = console()
     table = Table(title=f"{result['model']}: pruning curve ({result['importance']} importance)")
-    for col in ("step", "heads removed", "share", f"{result['metric']} ({result['unit']})", "loss"):
+    cols = ["step", "heads removed", "share", f"{result['metric']} ({result['unit']})", "loss"]
+    kv = "kv_bytes_per_token" in result["curve"][0]
+    context = result.get("kv_context")
+    if kv:  # causal models: what the removed KV heads save in the cache
+        cols += ["KV cache / token"] + ([f"KV cache at {context:,} tokens"] if context else [])
+    for col in cols:
         table.add_column(col, justify="right")
+    first = result["curve"][0]
     for p in result["curve"]:
-        table.add_row(
+        cells = [
             str(p["step"]),
             f"{p['heads_removed']} / {result['heads_before']}",
             f"{100 * p['fraction']:.0f}%",
             f"{p['metric']:.2f}",
             f"{p['loss']:+.2f}",
-        )
+        ]
+        if kv:
+            saved = 1 - p["kv_bytes_per_token"] / first["kv_bytes_per_token"]
+            cells.append(f"{human_bytes(p['kv_bytes_per_token'])} (-{100 * saved:.0f}%)")
+        if kv and context:
+            cells.append(human_bytes(p["kv_bytes_at_context"]))
+        table.add_row(*cells)
     con.print(table)
     for r in result.get("recovered", []):
         con.print(

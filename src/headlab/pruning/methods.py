@@ -3,8 +3,9 @@ and the side-by-side comparison of the importance methods (``headlab prune --cur
 
 Training text: for sentence encoders, the sentences of the importance pairs, without their
 labels (``--importance-stsb``, default a third of the bundled sample), with the unpruned model's
-embeddings as the distillation target; for causal models, the first half of ``--text`` (the half
-that scores importance; the metric is measured on the other).
+embeddings as the distillation target; for causal models, the first half of ``--text`` or of
+the bundled TinyShakespeare sample (the half that scores perplexity importance; the metric is
+measured on the other), with ``--metric ioi`` too.
 """
 
 from __future__ import annotations
@@ -38,8 +39,14 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "f
 def training_data(lm: LoadedModel, options: PruneOptions, importance: Metric) -> Metric:
     """The unlabeled training text of the L0 gates and of recovery, checked to hold at least one
     batch (a one-line error before any training or search)."""
+    from headlab.pruning.tasks import IoiMetric
+
     if isinstance(importance, PerplexityMetric):
         data: Metric = importance
+    elif isinstance(importance, IoiMetric):  # its prompts are few and alike: the LM loss
+        from headlab.pruning.workflow import perplexity_halves
+
+        data = perplexity_halves(lm, options)[1]
     else:
         if options.text is not None:
             raise InputError(
@@ -91,16 +98,28 @@ def gate_scorer(gates: GateResult) -> Scorer:
 def kv_bytes(lm: LoadedModel, search: PruneSearch) -> list[int]:
     """KV-cache bytes per token (all layers, the model's dtype) at each point of ``search``,
     from the spec code (:func:`headlab.spec.costs.compute_spec`)."""
+    return kv_costs(lm, search)["kv_bytes"]
+
+
+def kv_costs(lm: LoadedModel, search: PruneSearch) -> dict[str, Any]:
+    """The KV-cache fields of a :class:`~headlab.pruning.results.PruneResult` at each point of
+    ``search``: bytes per token, and bytes of one sequence at the model's context (its
+    ``max_position_embeddings``, or 8,192 tokens when it states none; sliding-window layers
+    keep only their window), in the model's dtype."""
     from headlab.pruning.workflow import _counts_after
     from headlab.spec.costs import compute_spec
+    from headlab.spec.layout import MAX_POSITIONS
 
     dtype = _DTYPE_NAMES.get(next(lm.model.parameters()).dtype, "fp32")
-    out = []
+    context = min(lm.max_positions or 8192, MAX_POSITIONS)
+    per_token, at_context = [], []
     for point in search.points:
         heads, kv = _counts_after(lm, point)
         layout = replace(lm.layout, heads_per_layer=tuple(heads), kv_heads_per_layer=tuple(kv))
-        out.append(compute_spec(layout, context=1, dtype=dtype).kv_cache_bytes_per_token)
-    return out
+        spec = compute_spec(layout, context=context, dtype=dtype)
+        per_token.append(spec.kv_cache_bytes_per_token)
+        at_context.append(spec.kv_cache_bytes)
+    return {"kv_bytes": per_token, "kv_context": context, "kv_context_bytes": at_context}
 
 
 def recovery_config(options: PruneOptions) -> RecoveryConfig:
@@ -237,7 +256,7 @@ def compare_methods(
             search=search,
             gates=None if gates is None else gates.to_json(),
             recovered=recovered,
-            kv_bytes=kv_bytes(lm, search) if lm.causal else None,
+            **(kv_costs(lm, search) if lm.causal else {}),
         )
         methods.append(result.to_json())
     return {

@@ -1,4 +1,5 @@
-"""Task metrics to prune against: STS-B Spearman, embedding fidelity, perplexity.
+"""Task metrics to prune against: STS-B Spearman, embedding fidelity, perplexity (and IOI's
+logit difference, :mod:`headlab.pruning.tasks`).
 
 Each metric evaluates a model with some heads removed (zero-ablated through the output
 projection's input, which is exactly what physical pruning computes) and gives a differentiable
@@ -234,7 +235,7 @@ class PerplexityMetric:
             )
 
     def evaluate(self, lm: LoadedModel, removed: Removed | None = None) -> float:
-        if not hasattr(lm.model, "lm_head") and not hasattr(lm.model, "get_output_embeddings"):
+        if lm.model.get_output_embeddings() is None:
             raise InputError("perplexity needs the model loaded with its language-model head")
         with torch.inference_mode(), _ablated(lm, removed):
             nll = [float(x) for x in self.loss_batches(lm)]

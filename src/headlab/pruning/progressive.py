@@ -103,7 +103,8 @@ def progressive_prune(
     units = units_of(lm)
     total = sum(lm.layout.heads_per_layer)
     target = round(fraction * total)
-    per_step = max(1, round(step * total))
+    # a step removes at least one unit (a KV group of a small GQA model may exceed step * total)
+    per_step = max(min(len(heads) for _, heads in units), round(step * total))
     # every layer keeps one unit: the steps the search can take at most, for the progress
     sizes = {layer: len(heads) for layer, heads in units}
     reachable = min(target, total - sum(sizes.values()))

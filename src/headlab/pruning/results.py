@@ -19,7 +19,7 @@ from headlab.pruning.progressive import CurvePoint, PruneSearch
 SCHEMA = "headlab.prune/1"
 #: how far the curve goes when no model is written
 CURVE_FRACTION = 0.9
-METRICS = ("stsb", "fidelity", "perplexity")
+METRICS = ("stsb", "fidelity", "perplexity", "ioi")
 IMPORTANCES = ("gradient", "ablation", "l0")
 #: default L0 penalty weight and gate-training steps (benchmarks/pruning_l0.py)
 L0_WEIGHT = 0.5
@@ -35,8 +35,9 @@ class PruneOptions:
             ``CURVE_FRACTION``) and writes no model.
         out: folder for the pruned model (needed with ``fraction``).
         overwrite: replace an ``out`` folder that headlab wrote.
-        metric: ``stsb``, ``fidelity`` or ``perplexity``; ``None``: perplexity for causal
-            models, stsb for encoders.
+        metric: ``stsb``, ``fidelity``, ``perplexity`` or ``ioi`` (causal models: the logit
+            difference of indirect object identification, :mod:`headlab.pruning.tasks`);
+            ``None``: perplexity for causal models, stsb for encoders.
         importance: ``gradient``, ``ablation`` or ``l0`` (learned hard-concrete gates,
             :mod:`headlab.pruning.l0`); with ``l0``, ``out`` and no ``fraction`` the gates
             themselves decide which heads go.
@@ -47,7 +48,8 @@ class PruneOptions:
         stsb: STS-B file for the metric (``None``: the bundled sample).
         importance_stsb: STS-B file for importance (``None``: every third pair of ``stsb``).
         importance_pairs: score importance on this many pairs, evenly spaced.
-        text: held-out text file for perplexity.
+        text: text file for perplexity: importance on its first half, the metric on the
+            second (``None``: the bundled TinyShakespeare sample).
         limit: use at most this many STS-B pairs.
         l0_weight: the L0 penalty's weight (task-loss units for the whole set of heads).
         l0_steps: optimiser steps of the gates.
@@ -91,8 +93,9 @@ class PruneOptions:
 
     @property
     def needs_lm_head(self) -> bool:
-        """Whether the model must be loaded with its language-model head (perplexity)."""
-        return self.metric == "perplexity" or self.text is not None
+        """Whether the model must be loaded with its language-model head (perplexity, IOI).
+        With no ``metric`` it depends on the model: causal models are scored by perplexity."""
+        return self.metric in ("perplexity", "ioi") or self.text is not None
 
     def check(self) -> None:
         """Check the options and the output location before any work.
@@ -178,6 +181,8 @@ class PruneResult:
     gates: dict[str, Any] | None = None  # the trained L0 gates (GateResult.to_json)
     recovered: list[dict[str, Any]] = field(default_factory=list)  # recovery at curve points
     kv_bytes: list[int] | None = None  # KV-cache bytes per token at each curve point
+    kv_context: int | None = None  # the model's context, in tokens
+    kv_context_bytes: list[int] | None = None  # KV-cache bytes of one sequence of kv_context
 
     def to_json(self) -> dict[str, Any]:
         """The one JSON schema of a pruning result (``schema``: ``headlab.prune/1``)."""
@@ -201,6 +206,10 @@ class PruneResult:
         if self.kv_bytes is not None:
             for point, kv in zip(data["curve"], self.kv_bytes, strict=True):
                 point["kv_bytes_per_token"] = kv
+        if self.kv_context is not None and self.kv_context_bytes is not None:
+            data["kv_context"] = self.kv_context
+            for point, kv in zip(data["curve"], self.kv_context_bytes, strict=True):
+                point["kv_bytes_at_context"] = kv
         if self.gates is not None:
             data["l0"] = self.gates
         if self.recovered:

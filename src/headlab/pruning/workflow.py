@@ -43,6 +43,7 @@ __all__ = [
     "PruneResult",
     "PrunedModel",
     "build_metrics",
+    "perplexity_halves",
     "read_pruning_json",
     "run_pruning",
 ]
@@ -52,20 +53,17 @@ def build_metrics(lm: LoadedModel, options: PruneOptions) -> tuple[Metric, Metri
     """The evaluation metric, the importance metric, and a batch to time forwards on."""
     from headlab.datasets import read_stsb, sample_path
     from headlab.models import encode
-    from headlab.pruning.metrics import FidelityMetric, PerplexityMetric, StsbMetric
+    from headlab.pruning.metrics import FidelityMetric, StsbMetric
+    from headlab.pruning.tasks import EVAL_PROMPTS, IMPORTANCE_PROMPTS, IoiMetric
 
     metric = options.metric or ("perplexity" if lm.causal else "stsb")
     if metric == "perplexity":
-        if options.text is None:
-            raise InputError("--metric perplexity needs --text FILE (held-out text)")
-        try:
-            text = Path(options.text).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read --text {options.text}: {exc}") from None
-        half = len(text) // 2
-        evaluation = PerplexityMetric.from_text(lm, text[half:])
-        importance = PerplexityMetric.from_text(lm, text[:half])
+        evaluation, importance = perplexity_halves(lm, options)
         return evaluation, importance, {"input_ids": evaluation.windows[:8].to(lm.device)}
+    if metric == "ioi":
+        evaluation = IoiMetric.build(lm, n=options.limit or EVAL_PROMPTS, part="evaluation")
+        importance = IoiMetric.build(lm, n=IMPORTANCE_PROMPTS, part="importance")
+        return evaluation, importance, {"input_ids": evaluation.batches[0][0].to(lm.device)}
     if lm.causal:
         raise InputError(f"--metric {metric} needs an encoder; {lm.name} is a causal model")
     pairs = read_stsb(options.stsb or sample_path("stsb"), limit=options.limit)
@@ -84,6 +82,21 @@ def build_metrics(lm: LoadedModel, options: PruneOptions) -> tuple[Metric, Metri
     eval_texts = [p.first for p in eval_pairs] + [p.second for p in eval_pairs]
     imp_texts = [p.first for p in imp_pairs] + [p.second for p in imp_pairs]
     return FidelityMetric.build(lm, eval_texts), FidelityMetric.build(lm, imp_texts), probe
+
+
+def perplexity_halves(lm: LoadedModel, options: PruneOptions) -> tuple[Any, Any]:
+    """Perplexity on the second half of ``options.text`` (default: the bundled TinyShakespeare
+    sample, 9.8k characters) and, for importance, on its first half."""
+    from headlab.datasets import sample_path
+    from headlab.pruning.metrics import PerplexityMetric
+
+    source = options.text or sample_path("shakespeare")
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read --text {source}: {exc}") from None
+    half = len(text) // 2
+    return PerplexityMetric.from_text(lm, text[half:]), PerplexityMetric.from_text(lm, text[:half])
 
 
 def _native(lm: LoadedModel, heads: list[int], kv_heads: list[int]) -> bool:
@@ -197,7 +210,7 @@ def run_pruning(
     )
     extra: dict[str, Any] = {
         "gates": None if gates is None else gates.to_json(),
-        "kv_bytes": methods.kv_bytes(lm, search) if lm.causal else None,
+        **(methods.kv_costs(lm, search) if lm.causal else {}),
     }
     if fraction is None:
         recovered = []

@@ -78,6 +78,14 @@ def test_opens_offline_on_the_lesson_without_errors(page, tmp_path: Path) -> Non
     assert shot.stat().st_size > 10_000
 
 
+def test_names_the_decoders_page(page) -> None:
+    """The encoder's page points to the decoder's: a link when that report sits beside it,
+    else the command that writes it; an encoder's page has no decoder section."""
+    line = page.locator("#companion").text_content()
+    assert "SmolLM2-135M" in line and "headlab report --model smollm2" in line
+    assert page.locator("#decoder-section").is_hidden()
+
+
 def test_clicking_a_head_changes_the_viewer(page) -> None:
     before = page.locator("#viewer").inner_html()
     page.click("#grid button[data-layer='3'][data-head='1']")

@@ -23,7 +23,9 @@ def add_parser(sub: Any) -> None:
             "Measure every head's role (as headlab roles does), then write a self-contained "
             "HTML report (head grid, attention viewer, relation, coreference, spec, pruning and "
             "experiment tables) and PNG figures. Default: all-MiniLM-L6-v2 on the bundled "
-            "samples, written to ./headlab-report/ (open index.html in any browser)."
+            "samples, written to ./headlab-report/ (open index.html in any browser). A causal "
+            "model gets a decoder's page: an IOI prompt, its induction-like heads and its KV "
+            "cache (--model smollm2 writes ./headlab-report-smollm2/, linked both ways)."
         ),
     )
     p.add_argument(
@@ -35,8 +37,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--out",
         type=text("a folder"),
-        default="headlab-report",
-        help="output folder (default headlab-report)",
+        help="output folder (default headlab-report; headlab-report-smollm2 for --model smollm2)",
     )
     p.add_argument(
         "--overwrite",
@@ -75,20 +76,32 @@ def add_parser(sub: Any) -> None:
         "--sentence",
         action="append",
         type=text("a sentence"),
-        help="a sentence for the viewer (repeatable; the lesson's sentence always comes first)",
+        help="a sentence for the viewer (repeatable; the lesson's sentence always comes first, "
+        "for a causal model the IOI prompt)",
     )
     p.add_argument(
         "--word",
         type=text("a word"),
-        default="prepared",
-        help="word the viewer opens on; WORD#2 for its second occurrence (default prepared)",
+        help="word the viewer opens on; WORD#2 for its second occurrence (default prepared; "
+        "for a causal model to#2, the IOI prompt's last word)",
     )
     p.add_argument(
         "--pruning",
         type=text("a file"),
         help="a pruning result: the JSON of headlab prune --json/--curve",
     )
-    p.add_argument("--prune", action="store_true", help="measure the pruning curve too (slower)")
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="measure the pruning curve too (slower): STS-B for an encoder, perplexity on --text "
+        "for a causal model (with KV-cache bytes per point)",
+    )
+    p.add_argument(
+        "--text",
+        type=text("a file"),
+        help="held-out text for a causal model's --prune (default: the pruning library's "
+        "bundled text, where it has one)",
+    )
     p.add_argument(
         "--experiment",
         "--one-vs-many",
@@ -151,7 +164,14 @@ def run(args: argparse.Namespace) -> int:
     cost = _read_json(args.cost, "cost result") if args.cost else None
     if cost is not None and not isinstance(cost.get("rows"), list):
         raise InputError(f"{args.cost}: expected the JSON of headlab experiment cost --json")
-    _check_focus_word(args.word, [LESSON_SENTENCE, *(args.sentence or [])])
+    if args.out is None:  # the decoder's page goes beside the encoder's, so each can link the other
+        from headlab.report.decoder import DECODER_FOLDER, DECODER_NAME
+
+        args.out = DECODER_FOLDER if args.model == DECODER_NAME else "headlab-report"
+    if args.text is not None and not args.prune:
+        raise InputError("--text is the held-out text of --prune's perplexity curve: add --prune")
+    if args.model is None:  # the default encoder: check the word before any work
+        _check_focus_word(args.word or "prepared", [LESSON_SENTENCE, *(args.sentence or [])])
 
     from headlab.outputs import check_output
     from headlab.report import KIND
@@ -173,10 +193,14 @@ def run(args: argparse.Namespace) -> int:
     if folds == 1:
         raise InputError("--reliability needs at least 2 folds (or 0 for none)")
     lm = text_side(load_model(args))  # an encoder-decoder's encoder, as roles measure it
-    if args.prune and lm.causal:  # before the roles, not after
-        raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
+    prune_options = None
+    if args.prune and lm.causal:  # perplexity needs the language-model head
+        lm = load_model(args, with_lm_head=True)
+        prune_options = _causal_prune_options(args, lm)  # before the roles, not after
     native_note("headlab report")
-    sentences = [LESSON_SENTENCE, *(args.sentence or [])]
+    sentences, word = _viewer_sentences(args, lm.causal)
+    if args.model is not None:  # now that the model, and so its sentences, are known
+        _check_focus_word(word, sentences)
     sentences += [" ".join(s.words) for s in treebank if 6 <= len(s.words) <= 25][:4]
     with progress_for(args, "headlab report") as progress:
         # with --full the roles are stage 1 of 4 (headlab.report.full counts the others)
@@ -192,19 +216,19 @@ def run(args: argparse.Namespace) -> int:
         if args.full:
             from headlab.report.full import measure_extras
 
-            extras = measure_extras(lm, progress=progress)
+            extras = measure_extras(lm, progress=progress, prune_options=prune_options)
             pruning = pruning or extras["pruning"]
             cost = cost or extras["cost"]
             if not any(e.get("task", "").startswith("binding") for e in experiments):
                 experiments.insert(0, extras["experiment"])
         elif args.prune:
-            pruning = _measure_curve(lm, progress)
+            pruning = _measure_curve(lm, progress, prune_options)
         out = write_report(
             lm,
             roles,
             args.out,
             sentences=sentences,
-            focus_word=args.word,
+            focus_word=word,
             pruning=pruning,
             experiment=experiments[0] if experiments else None,
             experiments=experiments[1:],
@@ -243,11 +267,40 @@ def _check_focus_word(word: str, sentences: list[str]) -> None:
     raise InputError(f"--word {word!r} is in none of the viewer's sentences ({shown})")
 
 
-def _measure_curve(lm: Any, progress: Progress | None) -> dict[str, Any]:
-    """``headlab prune --curve``'s workflow and JSON, on the bundled STS-B sample."""
+def _viewer_sentences(args: argparse.Namespace, causal: bool) -> tuple[list[str], str]:
+    """The viewer's own sentences and the word it opens on: the lesson's sentence at
+    "prepared" for an encoder; for a decoder the IOI prompt at its last word, a repeated
+    sentence (for induction heads), then the lesson's sentence, each ``--sentence`` between."""
+    from headlab.report.decoder import DECODER_FOCUS, DECODER_PROMPT, REPEAT_PROMPT
+
+    own = list(args.sentence or [])
+    if causal:
+        return [DECODER_PROMPT, REPEAT_PROMPT, *own, LESSON_SENTENCE], args.word or DECODER_FOCUS
+    return [LESSON_SENTENCE, *own], args.word or "prepared"
+
+
+def _causal_prune_options(args: argparse.Namespace, lm: Any) -> Any:
+    """``headlab prune --curve``'s options for a causal model (perplexity on ``--text``, or on
+    the pruning library's default text), checked on the text before any measurement."""
     from headlab.errors import InputError
+    from headlab.pruning.workflow import PruneOptions, build_metrics
+
+    options = PruneOptions(metric="perplexity", text=None if args.text is None else Path(args.text))
+    options.check()
+    try:
+        build_metrics(lm, options)  # reads and cuts the text: a missing one fails here
+    except InputError as exc:
+        why = f"cannot measure perplexity ({exc})" if args.text else "needs held-out text"
+        raise InputError(
+            f"--prune on a causal model {why}: give --text FILE, or give the curve as --pruning "
+            "FILE (headlab prune --model MODEL --curve --json > FILE)"
+        ) from None
+    return options
+
+
+def _measure_curve(lm: Any, progress: Progress | None, options: Any = None) -> dict[str, Any]:
+    """``headlab prune --curve``'s workflow and JSON: on the bundled STS-B sample for an
+    encoder, with ``options`` (:func:`_causal_prune_options`) for a causal model."""
     from headlab.pruning.workflow import PruneOptions, run_pruning
 
-    if lm.causal:
-        raise InputError("--prune measures STS-B, an encoder task; use headlab prune --curve")
-    return run_pruning(lm, PruneOptions(), progress=progress).to_json()
+    return run_pruning(lm, options or PruneOptions(), progress=progress).to_json()

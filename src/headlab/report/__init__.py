@@ -54,8 +54,12 @@ def write_report(
     ``overwrite``; any other folder never (see :mod:`headlab.outputs`). ``progress`` is told
     of two stages: the viewer's patterns, then the figures and the page.
     """
+    from headlab.models.loading import DEFAULT_MODEL_NAME
+    from headlab.report.decoder import companion
+
     out = Path(out)
     check_output(out, overwrite=overwrite, kind=KIND, replace_kind=True)
+    other = companion(out, causal=lm.causal, default_model=lm.name == DEFAULT_MODEL_NAME)
     data = gather(
         lm,
         roles,
@@ -65,6 +69,7 @@ def write_report(
         experiment=experiment,
         experiments=experiments,
         cost=cost,
+        companion=other,
         progress=progress,
     )
     showcase = _showcase(roles)
@@ -83,9 +88,10 @@ def write_report(
             )
         ]
         report.advance()
+        where = "the IOI prompt" if lm.causal else "the lesson sentence"  # the viewer's first
         for layer, head, why in showcase:
             name = f"heatmap_L{layer}_H{head}.png"
-            title = f"layer {layer}, head {head} ({why}) on the lesson sentence"
+            title = f"layer {layer}, head {head} ({why}) on {where}"
             made.append(
                 (figures.heatmap(data["sentences"][0], layer, head, fig_dir / name, title), title)
             )

@@ -16,6 +16,8 @@ logger = logging.getLogger(__name__)
 
 #: viewers older than this report choke on long inputs; longer sentences are cut, with a notice
 MAX_VIEWER_WORDS = 80
+#: the spec's names of the model dtypes a KV cache is kept in
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def sentence_patterns(lm: LoadedModel, text: str) -> dict[str, Any]:
@@ -52,12 +54,16 @@ def gather(
     experiment: dict[str, Any] | None = None,
     experiments: Sequence[dict[str, Any]] = (),
     cost: dict[str, Any] | None = None,
+    companion: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The report's data: model, spec, roles, viewer sentences, optional extra results
     (``experiment`` and ``experiments``: one-vs-many results; ``cost``: experiment cost's), and
     the ledger of the lesson's claims built from all of them (the viewer's sentences are one
-    stage of ``progress``)."""
+    stage of ``progress``). A causal model's page also gets ``decoder``: its decoder roles and
+    KV cache (:mod:`headlab.report.decoder`); ``companion`` links the other model's page."""
+    from headlab.report.decoder import decoder_roles, decoder_spec, extra_scores
+    from headlab.report.figures import role_styles
     from headlab.report.ledger import build_ledger
     from headlab.spec.costs import compute_spec
 
@@ -70,14 +76,26 @@ def gather(
             report.advance()
     every = [e for e in (experiment, *experiments) if e is not None]
     roles_json = roles.to_json()
+    decoder = None
+    if lm.causal:
+        dtype = _DTYPE_NAMES.get(str(lm.dtype).removeprefix("torch."), "fp32")
+        decoder = {
+            "roles": decoder_roles(roles_json),
+            "extra_scores": extra_scores(roles_json),
+            "spec": decoder_spec(lm.layout, dtype),
+        }
     return {
         "schema": "headlab.report/1",
         "model": lm.name,
         "model_path": str(Path(lm.path)),
         "layers": lm.n_layers,
         "heads": lm.n_heads,
+        "causal": lm.causal,
         "spec": spec,
         "roles": roles_json,
+        "role_style": role_styles(list(roles_json["role_counts"])),
+        "decoder": decoder,
+        "companion": companion,
         "sentences": viewer,
         "focus": _focus(viewer, focus_word),
         "pruning": pruning,

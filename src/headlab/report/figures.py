@@ -15,6 +15,28 @@ ROLE_COLOURS = {
     "induction": "#b07aa1",
     "unclassified": "#ffffff",
 }
+#: colours for roles the table above does not know yet, handed out in the roles' order
+SPARE_COLOURS = ("#76b7b2", "#ff9da7", "#9c755f", "#17becf", "#8c564b", "#bcbd22", "#7f7f7f")
+
+
+def role_styles(roles: list[str]) -> dict[str, dict[str, str]]:
+    """``{role: {"colour", "letter"}}`` for every role of a roles result, the ones headlab does
+    not know yet included (a spare colour; a letter from the role's words not taken yet)."""
+    from headlab.roles.classify import LETTERS
+
+    styles: dict[str, dict[str, str]] = {}
+    taken = {LETTERS[r] for r in roles if r in LETTERS}
+    spare = iter(SPARE_COLOURS)
+    for role in roles:
+        letter = LETTERS.get(role)
+        if letter is None:
+            words = role.split("-")
+            options = [words[0][0].upper(), "".join(w[0] for w in words).upper(), role[:2].title()]
+            letter = next((o for o in options if o not in taken), role[:3].title())
+            taken.add(letter)
+        colour = ROLE_COLOURS.get(role) or next(spare, "#cccccc")
+        styles[role] = {"colour": colour, "letter": letter}
+    return styles
 
 
 def _plt() -> Any:
@@ -31,18 +53,16 @@ def role_grid(data: dict[str, Any], path: Path) -> Path:
     plt = _plt()
     from matplotlib.patches import Patch
 
-    from headlab.roles.classify import LETTERS
-
     roles = data["roles"]
+    styles = role_styles(list(roles["role_counts"]))
     n_layers, n_heads = roles["layers"], roles["heads_per_layer"]
     fig, ax = plt.subplots(figsize=(0.5 * n_heads + 2.5, 0.45 * n_layers + 1.6))
     for h in roles["heads"]:
         x, y = h["head"], h["layer"]
-        ax.add_patch(
-            plt.Rectangle((x, y), 1, 1, facecolor=ROLE_COLOURS[h["role"]], edgecolor="#666666")
-        )
+        style = styles[h["role"]]
+        ax.add_patch(plt.Rectangle((x, y), 1, 1, facecolor=style["colour"], edgecolor="#666666"))
         alpha = 1.0 if h["stability"] is None else 0.3 + 0.7 * h["stability"]
-        ax.text(x + 0.5, y + 0.5, LETTERS[h["role"]], ha="center", va="center", alpha=alpha)
+        ax.text(x + 0.5, y + 0.5, style["letter"], ha="center", va="center", alpha=alpha)
     ax.set_xlim(0, n_heads)
     ax.set_ylim(n_layers, 0)
     ax.set_xticks([i + 0.5 for i in range(n_heads)], [str(i) for i in range(n_heads)])
@@ -50,9 +70,11 @@ def role_grid(data: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(f"{data['model']}: dominant role of each head (faint letter = unstable)")
-    present = [r for r in ROLE_COLOURS if roles["role_counts"].get(r)]
+    present = [r for r in styles if roles["role_counts"].get(r)]
     ax.legend(
-        handles=[Patch(facecolor=ROLE_COLOURS[r], edgecolor="#666666", label=r) for r in present],
+        handles=[
+            Patch(facecolor=styles[r]["colour"], edgecolor="#666666", label=r) for r in present
+        ],
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
         fontsize=8,
@@ -83,15 +105,31 @@ def heatmap(sentence: dict[str, Any], layer: int, head: int, path: Path, title: 
 
 
 def pruning_curve(pruning: dict[str, Any], path: Path) -> Path:
-    """Metric against the share of heads removed."""
+    """Metric against the share of heads removed; beside it, when every point carries
+    ``kv_bytes_per_token`` (a decoder's curve), the metric against the KV cache it leaves."""
     plt = _plt()
     curve = pruning["curve"]
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.plot([100 * p["fraction"] for p in curve], [p["metric"] for p in curve], marker="o")
+    kv = all(isinstance(p.get("kv_bytes_per_token"), int | float) for p in curve)
+    fig, axes = plt.subplots(1, 2 if kv else 1, figsize=(9.4 if kv else 5, 3.4), squeeze=False)
+    ax = axes[0][0]
+    metric = [p["metric"] for p in curve]
+    ax.plot([100 * p["fraction"] for p in curve], metric, marker="o")
     ax.set_xlabel("heads removed (%)")
     ax.set_ylabel(f"{pruning['metric']} ({pruning['unit']})")
-    ax.set_title(f"{pruning['model']}: pruning curve ({pruning['importance']} importance)")
+    ax.set_title(
+        f"{pruning['model']}: pruning curve ({pruning['importance']} importance)", fontsize=10
+    )
     ax.grid(alpha=0.3)
+    if pruning["metric"] == "perplexity":  # it grows about exponentially as heads go
+        ax.set_yscale("log")
+    if kv:
+        right = axes[0][1]
+        right.plot([p["kv_bytes_per_token"] / 1024 for p in curve], metric, marker="o")
+        right.invert_xaxis()  # pruning moves right, as on the left
+        right.set_xlabel("KV-cache KiB per token (all layers)")
+        right.set_title("the same curve against the KV cache left", fontsize=10)
+        right.grid(alpha=0.3)
+        right.set_yscale(ax.get_yscale())
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -24,9 +24,11 @@ def measure_extras(
     progress: Progress | None = None,
     first_stage: int = 2,
     total_stages: int = len(STAGES) + 1,
+    prune_options: Any = None,
 ) -> dict[str, Any]:
     """``{"pruning", "cost", "experiment"}``: the JSON results of the three workflows (the
-    pruning curve only for encoders: it is measured on STS-B; ``None`` for causal models)."""
+    pruning curve on STS-B for encoders; for a causal model only with ``prune_options``, a
+    perplexity curve's :class:`~headlab.pruning.workflow.PruneOptions`, else ``None``)."""
     from headlab.experiments.cost import CostOptions, run_cost
     from headlab.pruning.workflow import PruneOptions, run_pruning
     from headlab.training.experiment import GridConfig, one_vs_many
@@ -37,8 +39,8 @@ def measure_extras(
         return Prefixed(progress, f"stage {first_stage + i}/{total_stages}, {STAGES[i]}")
 
     pruning = None
-    if not lm.causal:  # the STS-B sample, as headlab prune --curve
-        pruning = run_pruning(lm, PruneOptions(), progress=stage(0)).to_json()
+    if prune_options is not None or not lm.causal:  # the STS-B sample, as headlab prune --curve
+        pruning = run_pruning(lm, prune_options or PruneOptions(), progress=stage(0)).to_json()
     # headlab experiment cost --quick, then headlab experiment one-vs-many --quick
     cost = run_cost(CostOptions.quick(device=device), progress=stage(1)).to_json()
     experiment = one_vs_many(GridConfig.quick(device=device), data=Path("."), progress=stage(2))

@@ -36,7 +36,7 @@ def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
         for path, caption in figures
     )
     css = (assets / "report.css").read_text(encoding="utf-8")
-    js = (assets / "report.js").read_text(encoding="utf-8")
+    js = script(assets)
     parts = {
         "__VERSION__": html.escape(__version__),
         "__CSP__": content_security_policy(scripts=[js], styles=[css]),
@@ -46,6 +46,18 @@ def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
         "__JS__": js,
     }
     return fill(template, parts)
+
+
+#: the page's script, in order: the drawing of a head (shared with the explorer), the viewer and
+#: grid, the tables, the decoder's parts and start
+SCRIPT_PARTS = ("draw.js", "report.js", "tables.js", "decoder.js")
+
+
+def script(assets: Any) -> str:
+    """The page's one inline script: :data:`SCRIPT_PARTS` joined inside one strict function,
+    so that they share its names and leave no global behind."""
+    parts = [(assets / name).read_text(encoding="utf-8") for name in SCRIPT_PARTS]
+    return '"use strict";\n(function () {\n' + "\n".join(parts) + "})();\n"
 
 
 def fill(template: str, parts: dict[str, str]) -> str:

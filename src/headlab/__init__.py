@@ -6,6 +6,23 @@ The package is light to import: submodules that need torch (``headlab.attention`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from headlab.explore.sentence import SentenceHeads
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "capture"]
+
+
+def capture(model: Any, text: str, *, word: str | None = None) -> SentenceHeads:
+    """Every head of ``model`` on ``text``: word- and token-level patterns, shown in a notebook
+    as the layer x head grid and a head's pattern (:func:`headlab.explore.sentence.capture`).
+
+    ``model``: a loaded model, or a name (``"minilm"``, ``"tiny-shakespeare"``, ``"smollm2"``,
+    a folder), loaded once per process.
+    """
+    from headlab.explore.sentence import capture as capture_sentence
+
+    return capture_sentence(model, text, word=word)

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 from headlab.cli._args import integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
 from headlab.cli.heads_image import add_image_arguments, run_image
+from headlab.explore.table import (
+    LESSON_SENTENCE,
+    LESSON_WORD,
+    default_word,
+    head_rows,
+    heads_table,
+)
 
-LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
-LESSON_WORD = "prepared"
 INSTALL_HINT = "pip install 'headlab[parse]'"
 TRACE_ONLY = ("conllu", "sentence_id", "spacy", "roles")
 
@@ -126,7 +130,6 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
-    from headlab.models import word_attention
 
     if args.image is not None or args.patch is not None:
         return run_image(args)
@@ -166,14 +169,12 @@ def run(args: argparse.Namespace) -> int:
             f"Whisper...); {lm.name} has one stack of layers"
         )
     layers = chosen_layers(args, lm, list(range(lm.n_layers)))
-    wa = word_attention(lm, args.text, layers=layers)
-    word = args.word or _default_word(args.text, wa.alignment, last=lm.causal)
-    wa.alignment.word_index(word)  # a clear error if the word is missing
-    rows = _rows(args, lm, wa, word, {layer: layer for layer in layers})
+    table = heads_table(lm, args.text, word=args.word, layers=layers, heads=args.head, top=args.top)
     if args.json:
-        emit_json({"model": lm.name, "text": args.text, "word": word, "heads": rows})
+        emit_json(table)
         return 0
-    _print(args, rows, title=f"{lm.name}: where {word!r} attends", caption=args.text)
+    title = f"{lm.name}: where {table['word']!r} attends"
+    _print(args, table["heads"], title=title, caption=args.text)
     return 0
 
 
@@ -226,7 +227,7 @@ def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
             )
         word = _moment(word, queries, lm.path, sound)
     try:
-        word = word or _default_word(queries.text, queries)
+        word = word or default_word(queries.text, queries)
         queries.word_index(word)  # a clear error if the word is missing
     except InputError as exc:
         if kind == "encoder":
@@ -235,7 +236,10 @@ def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
         raise InputError(
             f"{exc} (the {what}'s: {kind} rows are the words the decoder reads)"
         ) from None
-    rows = [{"attention": kind, **row} for row in _rows(args, lm, wa, word, at)]
+    rows = [
+        {"attention": kind, **row}
+        for row in head_rows(lm, wa, word, at, heads=args.head, top=args.top)
+    ]
     if args.json:
         emit_json(
             {
@@ -322,37 +326,6 @@ def chosen_layers(
     return chosen
 
 
-def _rows(
-    args: argparse.Namespace, lm: Any, wa: Any, word: str, at: dict[int, int]
-) -> list[dict[str, Any]]:
-    """One row per head of the shown layers (``at``: shown layer -> the model's layer)."""
-    return [
-        {
-            **row,
-            "top": [
-                {"word": w, "weight": round(x, 4)} for w, x in wa.top(layer, head, word, args.top)
-            ],
-            "special": round(wa.special_mass(layer, head, word), 4),
-        }
-        for layer, head, row in each_head(args, lm, at)
-    ]
-
-
-def each_head(
-    args: argparse.Namespace, lm: Any, at: dict[int, int]
-) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """``(layer, head, row)`` for every ``--head`` (default all) of the shown layers (``at``:
-    shown layer -> the model's layer); ``row`` starts the head's output: layer, head and its
-    unpruned id (a pruned folder's heads keep theirs)."""
-    counts = lm.layout.heads_per_layer
-    ids = lm.head_ids()
-    for shown, layer in at.items():
-        for head in args.head or range(counts[layer]):
-            if head >= counts[layer]:
-                continue  # pruned away in this layer
-            yield layer, head, {"layer": shown, "head": head, "original_head": ids[layer][head]}
-
-
 def _print(
     args: argparse.Namespace,
     rows: list[dict[str, Any]],
@@ -371,28 +344,6 @@ def _print(
         words = ", ".join(f"{t['word']} {t['weight']:.2f}" for t in r["top"])
         table.add_row(str(r["layer"]), str(r["head"]), words, f"{r['special']:.2f}")
     console().print(table)
-
-
-def _default_word(text: str, alignment: Any, *, last: bool = False) -> str:
-    """The lesson's word for the lesson's sentence; else the longest word that is not
-    punctuation (content words run longer than "the" or "of"), the first of equals; with
-    ``last`` (a causal model), the last word that is not punctuation: where the model predicts
-    what comes next, and the one word that sees the whole sentence."""
-    from headlab.errors import InputError
-    from headlab.roles.geometry import is_punctuation
-
-    if text == LESSON_SENTENCE:
-        return LESSON_WORD
-    words = [
-        w
-        for w, special in zip(alignment.words, alignment.is_special, strict=True)
-        if not special and not is_punctuation(w)
-    ]
-    if not words:
-        raise InputError(f"the sentence has no word to attend from: {text!r}")
-    if last:
-        return words[-1] if words.count(words[-1]) == 1 else f"{words[-1]}#{words.count(words[-1])}"
-    return max(words, key=len)  # max keeps the first of equals
 
 
 def run_trace(args: argparse.Namespace) -> int:

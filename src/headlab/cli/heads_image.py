@@ -65,8 +65,9 @@ def add_image_arguments(p: argparse.ArgumentParser) -> None:
 def run_image(args: argparse.Namespace) -> int:
     """``headlab heads --image FILE``: the options first (quick errors), then the image, the
     model, its image processor, one forward pass."""
-    from headlab.cli.heads import chosen_layers, each_head  # heads.py imports this module
+    from headlab.cli.heads import chosen_layers  # heads.py imports this module
     from headlab.errors import InputError, ModalityError
+    from headlab.explore.table import each_head
     from headlab.models.images import open_image, patch_attention, pixel_values
 
     if args.image is None:
@@ -102,7 +103,7 @@ def run_image(args: argparse.Namespace) -> int:
             "class": pa.class_share(layer, head),
             "grid": pa.patches(layer, head).tolist(),
         }
-        for layer, head, row in each_head(args, lm, {layer: layer for layer in layers})
+        for layer, head, row in each_head(lm, {layer: layer for layer in layers}, args.head)
     ]
     query = "class token" if args.patch is None else f"patch ({args.patch[0]},{args.patch[1]})"
     if args.json:

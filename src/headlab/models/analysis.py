@@ -24,11 +24,14 @@ class WordAttention:
         sides: ``{layer: (query words, key words)}`` where they are not both ``alignment``:
             an encoder-decoder's decoder layers (target, target) and cross-attention layers
             (target, source).
+        token_patterns: ``{layer: (H, T, T)}``, the token-level patterns the word-level ones
+            came from, when asked for (``word_attention(..., tokens=True)``), else empty.
     """
 
     alignment: Alignment
     patterns: dict[int, torch.Tensor]
     sides: dict[int, tuple[Alignment, Alignment]] = field(default_factory=dict)
+    token_patterns: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def words_of(self, layer: int) -> tuple[Alignment, Alignment]:
         """The (query, key) words of ``layer``."""
@@ -60,18 +63,23 @@ def word_attention(
     *,
     words: Sequence[str] | None = None,
     layers: Iterable[int] | None = None,
+    tokens: bool = False,
 ) -> WordAttention:
     """Run one sentence once and return its word-level attention for ``layers`` (default all).
 
     Give raw ``text`` (split into words by :func:`~headlab.models.words.split_words`) or the
-    sentence's ``words`` (a treebank's or a parser's tokens, joined with single spaces).
+    sentence's ``words`` (a treebank's or a parser's tokens, joined with single spaces). With
+    ``tokens`` the token-level patterns are kept too (``WordAttention.token_patterns``).
     """
     alignment = align(lm.tokenizer, text=text, words=words, max_tokens=lm.max_positions)
     inputs = encode(lm, [alignment.text])
     with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:
         lm.model(**inputs)
-    patterns = {layer: word_pattern(cap.pattern(layer)[0], alignment) for layer in cap.records}
-    return WordAttention(alignment=alignment, patterns=patterns)
+    token_patterns = {layer: cap.pattern(layer)[0] for layer in cap.records}  # (H, T, S)
+    patterns = {layer: word_pattern(p, alignment) for layer, p in token_patterns.items()}
+    return WordAttention(
+        alignment=alignment, patterns=patterns, token_patterns=token_patterns if tokens else {}
+    )
 
 
 def seq2seq_attention(

@@ -1,0 +1,210 @@
+// The live explorer (headlab serve): one's own sentence through any bundled model, the heads
+// view of heads.js, the chosen head's measured role, and heads switched off. Everything comes
+// from the server's JSON API on the same origin (/api/...); nothing else is fetched.
+
+const $ = (id) => document.getElementById(id);
+const app = { models: [], limits: null, model: null, text: "", ablated: new Map(), roles: null, sentence: null, asked: 0 };
+
+async function api(path, body) {
+  const init = body === undefined ? {} : {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  };
+  const response = await fetch(path, init);
+  const answer = await response.json();
+  if (!response.ok) throw new Error(answer.error || response.statusText);
+  return answer;
+}
+function status(text, isError) {
+  const s = $("status");
+  s.textContent = text;
+  s.className = isError ? "error" : "muted";
+}
+function offKey(l, h) { return l + "." + h; }
+
+const view = headsView($("heads"), {
+  decorate: (button, l, h) => {
+    const info = roleOf(l, h);
+    if (info) {
+      button.style.boxShadow = "inset 0 -5px 0 " + info.colour;
+      button.title += " \u2014 role: " + info.role;
+    }
+    if (app.ablated.has(offKey(l, h))) {
+      button.classList.add("off");
+      button.title += " (switched off)";
+    }
+  },
+  onCell: (l, h, event) => (event.shiftKey ? toggle(l, h) : view.select(l, h)),
+  onSelect: () => showHead(),
+  onWord: () => showHead(),
+});
+
+// ---------------------------------------------------------------- roles of a roles run
+function roleOf(l, h) {
+  const r = app.roles;
+  if (!r || !r.heads) return null;
+  const info = r.heads.find((x) => x.layer === l && x.head === h);
+  if (!info) return null;
+  const style = r.role_style[info.role] || { colour: "#ccc", letter: "?" };
+  return Object.assign({ colour: style.colour, letter: style.letter }, info);
+}
+async function loadRoles() {
+  try {
+    app.roles = await api("/api/roles?model=" + encodeURIComponent(app.model));
+  } catch (e) {
+    app.roles = { source: null, note: String(e.message) };
+  }
+  const note = $("roles-note");
+  note.textContent = app.roles.source
+    ? "Roles from " + app.roles.source + ", as a strip under each cell: "
+    : app.roles.note;
+  if (!app.roles.source) return;
+  const present = new Set(app.roles.heads.map((x) => x.role));
+  Object.entries(app.roles.role_style).filter(([r]) => present.has(r)).forEach(([r, style]) => {
+    const swatch = el("i", { class: "swatch" });
+    swatch.style.background = style.colour;
+    note.appendChild(swatch);
+    note.appendChild(document.createTextNode(r + " "));
+  });
+}
+
+// ---------------------------------------------------------------- the chosen head
+function showHead() {
+  const box = $("head-info");
+  box.replaceChildren();
+  const d = view.data;
+  if (!d) return;
+  const l = view.layer, h = view.head;
+  box.appendChild(el("h3", {}, "Layer " + l + ", head " + h));
+  if (view.word >= 0) {
+    const row = view.pattern(l, h, false)[view.word];
+    const order = row.map((w, j) => [w, j]).filter(([, j]) => !d.special[j]).sort((a, b) => b[0] - a[0]).slice(0, 3);
+    box.appendChild(el("p", {}, "\u201c" + d.words[view.word] + "\u201d attends most to " +
+      order.map(([w, j]) => "\u201c" + d.words[j] + "\u201d " + fmt(w, 2)).join(", ") + "."));
+  }
+  const info = roleOf(l, h);
+  if (info) {
+    box.appendChild(el("p", { class: "role" }, "Measured role: " + info.role + (info.detail ? " (" + info.detail + ")" : "") +
+      "; score " + fmt(info.score) + " against a baseline of " + fmt(info.baseline) +
+      (info.stability === null || info.stability === undefined ? "" : ", stability " + fmt(info.stability, 2)) + "."));
+    const ev = info.evidence;
+    if (ev && ev.accuracy !== undefined) {
+      box.appendChild(el("p", { class: "muted" }, "Evidence: " + (ev.relation ? ev.relation + " " +
+        String(ev.direction || "").replaceAll("_", " ") : ev.probe || "the probe") + ", " +
+        fmt(100 * ev.accuracy, 1) + "% against " + fmt(100 * ev.baseline, 1) + "% on " + ev.count +
+        (ev.q === null || ev.q === undefined ? "" : "; q = " + Number(ev.q).toPrecision(2)) + "."));
+    }
+  } else if (app.roles && !app.roles.source) {
+    box.appendChild(el("p", { class: "muted" }, "No roles run for this model (see above)."));
+  }
+  const off = app.ablated.has(offKey(l, h));
+  const button = el("button", { id: "toggle", "aria-pressed": String(off) }, off ? "switch this head back on" : "switch this head off");
+  button.addEventListener("click", () => toggle(l, h));
+  box.appendChild(button);
+}
+
+// ---------------------------------------------------------------- heads switched off
+function toggle(l, h) {
+  const key = offKey(l, h);
+  if (app.ablated.has(key)) app.ablated.delete(key);
+  else app.ablated.set(key, [l, h]);
+  view.render();
+  showHead();
+  ablate();
+}
+async function ablate() {
+  const list = $("off-list");
+  const pairs = [...app.ablated.values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  list.textContent = pairs.length ? pairs.map(([l, h]) => l + "." + h).join(", ") : "none";
+  const other = $("other").value.trim();
+  const asked = ++app.asked;
+  const box = $("effect");
+  try {
+    const effect = await api("/api/ablate", {
+      model: app.model, text: app.text, ablate: pairs, other: other && !app.sentence.causal ? other : null,
+    });
+    if (asked !== app.asked) return;  // a later request is on its way
+    box.replaceChildren(drawEffect(effect, pairs.length));
+    box.setAttribute("data-off", pairs.length);
+  } catch (e) {
+    if (asked === app.asked) status(e.message, true);
+  }
+}
+function drawEffect(effect, n) {
+  const wrap = el("div");
+  if (effect.kind === "next-token") {
+    // tokens quoted, so that a leading space or a newline shows
+    const rows = effect.before.map((b, i) => [JSON.stringify(b.token), fmt(b.probability, 3),
+      JSON.stringify(effect.after[i].token), fmt(effect.after[i].probability, 3)]);
+    const t = el("table", { class: "data next-token" });
+    const head = el("tr");
+    ["next token", "p, all heads", "next token", "p, " + n + " off"].forEach((x) => head.appendChild(el("th", {}, x)));
+    t.appendChild(head);
+    rows.forEach((r) => {
+      const tr = el("tr");
+      r.forEach((c) => tr.appendChild(el("td", {}, c)));
+      t.appendChild(tr);
+    });
+    wrap.appendChild(t);
+  } else {
+    wrap.appendChild(el("p", { class: "similarity" }, "Cosine of the sentence's embedding (mean-pooled) with all heads and with " +
+      n + " off: " + fmt(effect.self_similarity, 4)));
+    if (effect.other !== null) {
+      wrap.appendChild(el("p", { class: "other-similarity" }, "Cosine with the second sentence: " +
+        fmt(effect.other_before, 4) + " with all heads, " + fmt(effect.other_after, 4) + " with " + n + " off."));
+    }
+  }
+  return wrap;
+}
+
+// ---------------------------------------------------------------- a sentence
+async function run() {
+  const text = $("text").value;
+  const limit = app.limits.characters;
+  if (text.length > limit) {
+    status("Too long: " + text.length + " characters; the limit is " + limit + ".", true);
+    return;
+  }
+  status("running\u2026");
+  document.body.setAttribute("data-busy", "1");
+  try {
+    const started = performance.now();
+    const data = await api("/api/sentence", { model: $("model").value, text: text });
+    const modelChanged = data.key !== app.model;
+    app.model = data.key;
+    app.text = text;
+    app.sentence = data;
+    if (modelChanged) { app.ablated.clear(); await loadRoles(); }
+    $("other-box").hidden = data.causal;
+    view.show(data);
+    showHead();
+    await ablate();
+    status(data.model + ": " + data.words.length + " words, " + data.tokens.length + " tokens, " +
+      Math.round(performance.now() - started) + " ms");
+    document.body.setAttribute("data-sentence", text);
+  } catch (e) {
+    status(e.message, true);
+  } finally {
+    document.body.removeAttribute("data-busy");
+  }
+}
+
+async function start() {
+  const answer = await api("/api/models");
+  app.limits = answer.limits;
+  const picker = $("model");
+  answer.models.forEach((m) => {
+    const option = el("option", { value: m.key }, m.label + (m.causal ? " (decoder)" : "") + (m.installed ? "" : " \u2014 " + m.note));
+    if (!m.installed) option.disabled = true;
+    if (m.default) option.selected = true;
+    picker.appendChild(option);
+  });
+  $("text").value = answer.sentence;
+  $("text").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); run(); } });
+  $("run").addEventListener("click", run);
+  picker.addEventListener("change", run);
+  $("clear").addEventListener("click", () => { app.ablated.clear(); view.render(); showHead(); ablate(); });
+  $("other").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); ablate(); } });
+  await run();
+  document.body.setAttribute("data-ready", "1");
+}
+start().catch((e) => status(e.message, true));

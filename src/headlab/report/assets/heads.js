@@ -1,0 +1,153 @@
+// One sentence's heads (the JSON of headlab.explore.sentence.SentenceHeads.to_json): the
+// layer x head grid for a chosen word, and the chosen head's pattern, for that word (lines
+// between words) and token to token (a heatmap). Used by the live explorer and the notebook
+// view; the drawing itself is draw.js's. Everything lives under `root`: no ids, so several
+// views can share a page (a notebook's outputs).
+
+// a layer's patterns arrive as base64 of round(255 * w) bytes, heads x rows x columns
+function decodeLayer(b64) {
+  const text = atob(b64);
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
+}
+function headMatrix(bytes, head, n) {
+  const rows = [];
+  for (let i = 0; i < n; i++) {
+    const start = (head * n + i) * n;
+    rows.push(Array.from(bytes.subarray(start, start + n), (v) => v / 255));
+  }
+  return rows;
+}
+// the key word a query word attends to most, special tokens left out: [index, weight]
+function topKey(p, i, special) {
+  let best = -1;
+  for (let j = 0; j < p[i].length; j++) {
+    if (!special[j] && (best < 0 || p[i][j] > p[i][best])) best = j;
+  }
+  return best < 0 ? [-1, 0] : [best, p[i][best]];
+}
+function shortWord(w) { return w.length > 7 ? w.slice(0, 6) + "\u2026" : w; }
+
+// opts: onSelect(layer, head) after a head is chosen; decorate(button, layer, head) adds marks
+// (a role's colour, a head switched off); onWord(index) after a word is chosen
+function headsView(root, opts) {
+  opts = opts || {};
+  const view = { data: null, layer: 0, head: 0, word: -1, words: [], tokens: [] };
+  const grid = el("div", { class: "hl-grid" });
+  const note = el("p", { class: "hl-note" });
+  const title = el("h3", { class: "hl-title" });
+  const panels = el("div", { class: "hl-panels" });
+  const lines = el("div", { class: "hl-lines" });
+  const heat = el("div", { class: "hl-tokens" });
+  const linesBox = el("div", { class: "hl-panel" });
+  linesBox.appendChild(el("h4", {}, "For one word (click a word on the left)"));
+  linesBox.appendChild(lines);
+  const heatBox = el("div", { class: "hl-panel" });
+  heatBox.appendChild(el("h4", {}, "Token to token (rows attend to columns)"));
+  heatBox.appendChild(heat);
+  panels.appendChild(linesBox);
+  panels.appendChild(heatBox);
+  root.replaceChildren(grid, note, title, panels);
+
+  function mat(layer, head, tokens) {
+    const n = tokens ? view.data.tokens.length : view.data.words.length;
+    return headMatrix((tokens ? view.tokens : view.words)[layer], head, n);
+  }
+  view.pattern = (layer, head, tokens) => mat(layer, head, tokens);
+
+  function drawGrid() {
+    const d = view.data;
+    const most = Math.max.apply(null, d.heads_in_layer);
+    const t = el("table");
+    const top = el("tr");
+    top.appendChild(el("th", {}, "layer \\ head"));
+    for (let h = 0; h < most; h++) top.appendChild(el("th", {}, h));
+    t.appendChild(top);
+    for (let l = 0; l < d.layers; l++) {
+      const tr = el("tr");
+      tr.appendChild(el("th", {}, l));
+      for (let h = 0; h < most; h++) {
+        const td = el("td");
+        if (h >= d.heads_in_layer[l]) {
+          td.textContent = "\u2013";
+          td.className = "pruned";
+          tr.appendChild(td);
+          continue;
+        }
+        let label = "", tip = "layer " + l + ", head " + h, w = 0;
+        if (view.word >= 0) {
+          const best = topKey(mat(l, h, false), view.word, d.special);
+          if (best[0] >= 0) {
+            w = best[1];
+            label = shortWord(d.words[best[0]]);
+            tip += ": \u201c" + d.words[view.word] + "\u201d \u2192 \u201c" + d.words[best[0]] + "\u201d " + fmt(w, 2);
+          }
+        }
+        const b = el("button", { "data-layer": l, "data-head": h, title: tip }, label);
+        b.style.background = "rgba(31,95,191," + (0.08 + 0.92 * w) + ")";
+        if (w > 0.5) b.classList.add("dark");
+        if (l === view.layer && h === view.head) b.classList.add("selected");
+        if (opts.decorate) opts.decorate(b, l, h);
+        b.addEventListener("click", (e) => (opts.onCell ? opts.onCell(l, h, e) : view.select(l, h)));
+        td.appendChild(b);
+        tr.appendChild(td);
+      }
+      t.appendChild(tr);
+    }
+    grid.replaceChildren(t);
+    grid.setAttribute("data-word", view.word);
+  }
+
+  function drawHead() {
+    const d = view.data;
+    title.textContent = "Layer " + view.layer + ", head " + view.head +
+      (view.word >= 0 ? ": where \u201c" + d.words[view.word] + "\u201d attends" : "");
+    const side = { words: d.words, special: d.special };
+    lines.replaceChildren(drawLines(side, [{ p: mat(view.layer, view.head, false), colour: "#1f5fbf" }], {
+      word: view.word, causal: d.causal, onWord: (i) => view.choose(i),
+    }));
+    const tokens = { words: d.tokens, special: d.token_special };
+    heat.replaceChildren(drawHeatmap(tokens, [{ p: mat(view.layer, view.head, true) }], { word: -1, causal: d.causal }));
+    root.setAttribute("data-layer", view.layer);
+    root.setAttribute("data-head", view.head);
+  }
+
+  function drawNote() {
+    const d = view.data, cut = d.truncated;
+    note.textContent = (cut ? "Long input: showing the first " + d.words.length + " of " + cut.words +
+      " words and " + d.tokens.length + " of " + cut.tokens + " tokens. " : "") +
+      (view.word >= 0 ? "Each cell is one head, showing the word \u201c" + d.words[view.word] +
+        "\u201d attends to most (special tokens left out), darker for more weight. " : "") +
+      "Click a cell for that head's pattern, a word of the pattern to follow it." +
+      (d.causal ? " A decoder's words see only themselves and earlier words." : "");
+  }
+
+  view.render = function () {
+    if (!view.data) return;
+    drawGrid();
+    drawNote();
+    drawHead();
+  };
+  view.show = function (data) {
+    view.data = data;
+    view.words = data.patterns.map(decodeLayer);
+    view.tokens = data.token_patterns.map(decodeLayer);
+    view.word = data.focus;
+    if (view.layer >= data.layers) view.layer = 0;
+    if (view.head >= data.heads_in_layer[view.layer]) view.head = 0;
+    view.render();
+  };
+  view.select = function (layer, head) {
+    view.layer = layer;
+    view.head = head;
+    view.render();
+    if (opts.onSelect) opts.onSelect(layer, head);
+  };
+  view.choose = function (index) {
+    view.word = index;
+    view.render();
+    if (opts.onWord) opts.onWord(index);
+  };
+  return view;
+}

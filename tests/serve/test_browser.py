@@ -1,0 +1,117 @@
+"""The live explorer in a real browser: Debian's chromium through Playwright, against a server
+on a free localhost port started by the fixture (and stopped after)."""
+
+from __future__ import annotations
+
+import pytest
+from tests.serve.conftest import watch
+
+pytestmark = pytest.mark.slow  # the page opens on the real MiniLM
+
+
+@pytest.fixture
+def page(browser, server):
+    page = watch(browser.new_page(viewport={"width": 1400, "height": 1100}))
+    page.goto(server.url)
+    page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+    yield page
+    page.close()
+
+
+def run_sentence(page, text: str) -> None:
+    page.fill("#text", text)
+    page.press("#text", "Enter")
+    page.wait_for_function(
+        "t => document.body.getAttribute('data-sentence') === t && !document.body.hasAttribute('data-busy')",
+        arg=text,
+    )
+
+
+def grid_labels(page) -> list[str]:
+    return page.eval_on_selector_all("#heads .hl-grid button", "bs => bs.map(b => b.textContent)")
+
+
+def test_a_new_sentence_updates_the_grid_and_a_click_shows_the_head(page, server) -> None:
+    assert page.locator("#heads .hl-grid button").count() == 6 * 12
+    before = grid_labels(page)
+    assert "fish" in before  # the lesson's sentence: where "prepared" attends
+    run_sentence(page, "The old sailor mended his torn nets slowly.")
+    after = grid_labels(page)
+    words = {"The", "old", "sailor", "mended", "his", "torn", "nets", "slowly", "."}
+    assert len(after) == 72 and after != before and set(after) <= words  # the new words
+    page.click("#heads .hl-grid button[data-layer='4'][data-head='7']")
+    heads = page.locator("#heads")
+    assert heads.get_attribute("data-layer") == "4" and heads.get_attribute("data-head") == "7"
+    assert page.locator("#head-info h3").text_content() == "Layer 4, head 7"
+    assert page.locator("#heads .hl-lines svg line").count() >= 1  # the chosen word's lines
+    tokens = page.locator("#heads .hl-tokens table.heat thead th").count() - 1
+    # token to token: [CLS] the old sailor men ##ded his torn nets slowly . [SEP]
+    assert tokens == 12 and "##ded" in page.locator("#heads .hl-tokens").text_content()
+    assert page.locator("#heads .hl-tokens table.heat td").count() == tokens * tokens
+    page.click("#heads .hl-lines svg text[data-word='3']")  # follow "sailor"
+    assert page.locator("#heads .hl-lines svg text.chosen").text_content() == "sailor"
+    assert page.locator("#heads .hl-grid").get_attribute("data-word") == "3"
+    assert page.errors == []
+    assert all(url.startswith(server.url) or url.startswith("data:") for url in page.requests)
+
+
+def test_switching_heads_off_changes_similarity_and_prediction(page, server) -> None:
+    page.click("#heads .hl-grid button[data-layer='0'][data-head='3']")
+    page.click("#toggle")
+    page.wait_for_selector("#effect[data-off='1']")
+    text = page.locator("#effect .similarity").text_content()
+    cosine = float(text.rsplit(" ", 1)[1])
+    assert 0.5 < cosine < 0.9999
+    page.fill("#other", "A cook made dinner.")
+    page.press("#other", "Enter")
+    page.wait_for_selector("#effect .other-similarity")
+    assert "with all heads" in page.locator("#effect .other-similarity").text_content()
+    # the decoder: the top-5 next tokens with every head, then with a layer's heads off
+    page.select_option("#model", "tiny-shakespeare")
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.startsWith('tiny-shakespeare')"
+    )
+    assert page.locator("#heads .hl-grid button").count() == 16
+    assert page.locator("#off-list").text_content() == "none"  # a new model: all heads on
+    assert page.locator("#other-box").is_hidden()
+    rows = page.locator("#effect table.next-token tr")
+    assert rows.count() == 6
+    before = page.eval_on_selector_all(
+        "#effect table.next-token td", "ts => ts.map(t => t.textContent)"
+    )
+    assert before[0::4] == before[2::4]  # nothing off yet: the same tokens both sides
+    for head in range(4):
+        page.click(
+            f"#heads .hl-grid button[data-layer='0'][data-head='{head}']", modifiers=["Shift"]
+        )
+    page.wait_for_selector("#effect[data-off='4']")
+    assert page.locator("#heads .hl-grid button.off").count() == 4
+    after = page.eval_on_selector_all(
+        "#effect table.next-token td", "ts => ts.map(t => t.textContent)"
+    )
+    assert after[0::4] == before[0::4]  # the left column stays the full model's
+    assert after[1::4] == before[1::4] and after[2::4] + after[3::4] != before[2::4] + before[3::4]
+    assert page.errors == []
+    assert all(url.startswith(server.url) or url.startswith("data:") for url in page.requests)
+
+
+def test_oversized_input_gets_a_clear_message(page) -> None:
+    page.fill("#text", "word " * 300)
+    page.press("#text", "Enter")
+    status = page.locator("#status")
+    assert status.get_attribute("class") == "error"
+    assert status.text_content() == "Too long: 1500 characters; the limit is 1000."
+    assert page.locator("#heads .hl-grid button").count() == 72  # the last sentence stays
+    assert page.errors == []
+
+
+def test_user_text_is_shown_as_text(page) -> None:
+    text = "<img src=x onerror=window.__pwned=1> cooked <b>fish</b>"
+    run_sentence(page, text)
+    words = page.eval_on_selector_all(
+        "#heads .hl-lines svg text", "ts => ts.map(t => t.textContent)"
+    )
+    assert "<" in words and "img" in words
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#heads b").count() == 0
+    assert page.errors == []

@@ -229,8 +229,11 @@ def resolve_model(name: str) -> tuple[str, dict[str, Any]]:
     bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
     from pathlib import Path
 
-    from headlab.models import gguf
     from headlab.spec import resolve
+
+    if name != "smollm2" and not name.lower().endswith(".gguf"):
+        return resolve(name)  # without torch: headlab.models imports it
+    from headlab.models import gguf
 
     if name == gguf.SMOLLM2 and not Path(name).exists():
         return "SmolLM2-135M", gguf.gguf_config(gguf.smollm2_file())

@@ -128,21 +128,20 @@ def test_ablation_changes_the_prediction_and_the_similarity(client) -> None:
 def test_a_roles_run_is_shown_from_its_file_or_the_cache(tmp_path, monkeypatch, capsys) -> None:
     from headlab.explore.roles import RoleSources, cached_roles_path
 
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    assert RoleSources().for_model("tiny-shakespeare", [4, 4, 4, 4])["source"] is None
     roles = command_json(
         capsys, ["roles", "--model", "tiny-shakespeare", "--limit", "20", "--replicates", "0"]
     )
+    cached = cached_roles_path("tiny-shakespeare")  # headlab roles keeps its run there
+    assert json.loads(cached.read_text(encoding="utf-8")) == roles
+    found = RoleSources().for_model("tiny-shakespeare", [4, 4, 4, 4])
+    assert found["source"] == f"the cache, {cached}"
     path = tmp_path / "roles.json"
     path.write_text(json.dumps(roles))
     given = RoleSources([path]).for_model("tiny-shakespeare", [4, 4, 4, 4])
     assert given["source"] == f"{path} (--roles)" and len(given["heads"]) == 16
     assert given["heads"][0]["role"] == roles["heads"][0]["role"]
-    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
-    assert RoleSources().for_model("tiny-shakespeare", [4, 4, 4, 4])["source"] is None
-    cached = cached_roles_path("tiny-shakespeare")
-    cached.parent.mkdir(parents=True)
-    cached.write_text(json.dumps(roles))
-    found = RoleSources().for_model("tiny-shakespeare", [4, 4, 4, 4])
-    assert found["source"] == f"the cache, {cached}"
     refused = RoleSources().for_model("tiny-shakespeare", [4, 4, 4])  # another layout
     assert refused["source"] is None and "not shown" in refused["note"]
     assert main(["serve", "--roles", str(tmp_path / "missing.json")]) == 1

@@ -180,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         _done(checkpoint)
         return 0
     data_notes("headlab roles", report.data, folds_off, report.replicates)
+    _keep_for_explorer(report.to_json())
     if args.json:
         emit_json(report.to_json())
     elif args.csv:
@@ -188,6 +189,27 @@ def _run(args: argparse.Namespace) -> int:
         print_report(report)
     _done(checkpoint)
     return 0
+
+
+def _keep_for_explorer(data: dict[str, Any]) -> None:
+    """Keep the run as the model's cached roles run, which ``headlab serve`` shows beside each
+    head (:mod:`headlab.explore.roles`), written atomically; a cache that cannot be written
+    costs one note, not the run."""
+    import json
+
+    from headlab.explore.roles import cached_roles_path
+    from headlab.outputs import write_text_atomic
+
+    path = cached_roles_path(str(data["model"]))
+    try:
+        write_text_atomic(path, json.dumps(data) + "\n")
+    except OSError as exc:
+        print(
+            f"headlab roles: note: cannot keep this run for headlab serve at {path} "
+            f"({exc.strerror or exc})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _done(checkpoint: Any) -> None:

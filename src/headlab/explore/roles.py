@@ -6,8 +6,8 @@ never by the explorer itself. It shows, for each model, the first of:
 1. a ``headlab roles --json`` file given with ``--roles FILE`` (repeatable: each file is matched
    to its model by the name it records);
 2. the cached one, ``<cache>/roles/<model name>.json`` (``<cache>``: ``$HEADLAB_CACHE``, else
-   ``$XDG_CACHE_HOME/headlab``, else ``~/.cache/headlab``), put there by
-   ``headlab roles --json > ~/.cache/headlab/roles/all-MiniLM-L6-v2.json``, say;
+   ``$XDG_CACHE_HOME/headlab``, else ``~/.cache/headlab``), which every ``headlab roles`` run
+   writes for its model (the latest wins);
 
 and says which. A file measured on another head layout than the loaded model's is refused, in
 the note the page shows.

@@ -203,6 +203,7 @@ CASES: dict[str, Case] = {
         ["prune", "--curve", "--model", f"{F}/cut.gguf"], 1, "cannot read the GGUF file"
     ),
     "spec zip.gguf": Case(["spec", f"{F}/zip.gguf"], 1, "is not a GGUF file"),
+    "spec missing.gguf": Case(["spec", f"{F}/missing.gguf"], 1, "missing.gguf does not exist"),
     "report --model a folder named .gguf": Case(
         ["report", "--model", f"{F}/folder.gguf", "--out", "r"], 1, "(expected a .gguf file)"
     ),

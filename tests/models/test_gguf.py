@@ -66,7 +66,7 @@ def test_a_file_that_is_not_gguf_is_refused_by_its_first_bytes(tmp_path: Path) -
 def test_a_truncated_gguf_file_is_refused_in_one_line(tmp_path: Path) -> None:
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(b"GGUF\x03\x00")
-    with pytest.raises(ModelLoadError, match="cannot read the GGUF file") as info:
+    with pytest.raises(ModelLoadError, match="cannot read the GGUF file: truncated") as info:
         load(str(cut))
     assert "\n" not in str(info.value)
 
@@ -179,6 +179,13 @@ def test_a_converted_folder_records_its_source_and_is_reused(
     record = json.loads((target / gguf.SOURCE).read_text(encoding="utf-8"))
     assert record["gguf_file"] == str(source.resolve()) and record["architecture"] == "llama"
     assert gguf.folder_for(source) == target  # ready: no second conversion
+    link = tmp_path / "another name.gguf"
+    link.symlink_to(source)
+    assert gguf.folder_for(link) == target  # a link opens its file's folder
+    old = os.umask(0o022)
+    os.umask(old)
+    if old == 0o022:  # safetensors writes private files: a shared cache must be readable
+        assert (target / "model.safetensors").stat().st_mode & 0o777 == 0o644
     reloaded = AutoModelForCausalLM.from_pretrained(str(target)).eval()
     ids = torch.tensor([[5, 17, 99, 4]])
     with torch.no_grad():

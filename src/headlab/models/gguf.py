@@ -129,7 +129,8 @@ def architecture(path: Path) -> str:
     except Exception as exc:
         detail = " ".join(str(exc).split())[:200]
         raise ModelLoadError(
-            f"{path}: cannot read the GGUF file ({type(exc).__name__}: {detail})"
+            f"{path}: cannot read the GGUF file: truncated or corrupt ({type(exc).__name__}: "
+            f"{detail})"
         ) from None
 
 
@@ -156,8 +157,10 @@ def _key(path: Path) -> str:
 
 
 def converted_folder(path: Path) -> Path:
-    """Where the folder converted from GGUF file ``path`` lives (it may not exist yet)."""
-    stem = path.name[: -len(".gguf")] if is_gguf_path(path) else path.name
+    """Where the folder converted from GGUF file ``path`` lives (it may not exist yet): named
+    after the file a link points to, so that a link and its file share one folder."""
+    real = path.resolve()
+    stem = real.name[: -len(".gguf")] if is_gguf_path(real) else real.name
     return cache_root() / "gguf" / f"{stem}-{_key(path)}"
 
 
@@ -276,6 +279,11 @@ def write_folder(model: Any, tokenizer: Any, source: Path, folder: Path, arch: s
             "dtype": "float32",
         }
         (tmp / SOURCE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        umask = os.umask(0)
+        os.umask(umask)
+        for item in tmp.iterdir():  # safetensors writes its file private: a cache is shared
+            if item.is_file():
+                item.chmod(0o666 & ~umask)
 
 
 def smollm2_folder(*, notify: Callable[[str], None] | None = None) -> Path:
@@ -286,10 +294,10 @@ def smollm2_folder(*, notify: Callable[[str], None] | None = None) -> Path:
 def gguf_config(path: Path) -> dict[str, Any]:
     """The config.json a GGUF file's model would have, without loading its weights (what
     ``headlab spec`` reads); from the converted folder when there is one."""
+    check_gguf(path)
     folder = converted_folder(path)
     if _ready(folder):
         return dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
-    check_gguf(path)
     from transformers import AutoConfig
 
     try:

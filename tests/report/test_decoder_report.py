@@ -52,20 +52,22 @@ def test_every_decoder_role_of_the_result_shows_up_new_ones_included() -> None:
 
 def test_each_page_links_the_other_when_it_sits_beside_it(tmp_path: Path) -> None:
     encoder, decoder = tmp_path / "headlab-report", tmp_path / "headlab-report-smollm2"
-    assert companion(encoder, causal=False, default_model=True)["href"] is None
+    first = companion(encoder, causal=False, default_model=True)
+    # written first, a page still links where the other will be, and says how to make it
+    assert first["href"] == "../headlab-report-smollm2/index.html" and not first["found"]
     assert companion(encoder, causal=False, default_model=False) is None  # a model of your own
     decoder.mkdir()
     (decoder / "index.html").write_text("<!doctype html>")
     link = companion(encoder, causal=False, default_model=True)
-    assert link["href"] == "../headlab-report-smollm2/index.html"
+    assert link["href"] == "../headlab-report-smollm2/index.html" and link["found"]
     assert link["command"] == "headlab report --model smollm2"
-    assert companion(decoder, causal=True, default_model=False)["href"] is None
+    back = companion(decoder, causal=True, default_model=False)
+    assert back["href"] == "../headlab-report/index.html" and not back["found"]
     encoder.mkdir()
     (encoder / "index.html").write_text("<!doctype html>")
-    assert (
-        companion(decoder, causal=True, default_model=False)["href"]
-        == "../headlab-report/index.html"
-    )
+    assert companion(decoder, causal=True, default_model=False)["found"]
+    elsewhere = companion(tmp_path / "rep", causal=True, default_model=False)
+    assert elsewhere["command"] == f"headlab report --out {tmp_path / 'headlab-report'}"
 
 
 @pytest.fixture(scope="module")

@@ -119,9 +119,10 @@ def decoder_spec(layout: Any, dtype: str) -> dict[str, Any]:
 
 def companion(out: Path, *, causal: bool, default_model: bool) -> dict[str, Any] | None:
     """The other model's page: for the default encoder's report the bundled decoder's, for a
-    decoder's the default encoder's. ``href`` is the relative link when that report already
-    sits beside ``out`` (a sibling folder with ``index.html``), else ``None``; ``command``
-    makes it."""
+    decoder's the default encoder's. ``href`` is the relative link to where that report sits
+    beside ``out`` (a sibling folder), whether or not it is there yet, so that a page written
+    first links the other once it is made; ``found`` says whether it is there now;
+    ``command`` makes it there."""
     from headlab.models.loading import BUNDLED_NAMES, DEFAULT_MODEL_NAME
 
     if causal:
@@ -133,9 +134,13 @@ def companion(out: Path, *, causal: bool, default_model: bool) -> dict[str, Any]
         return None
     sibling = out.resolve().parent / target
     found = sibling != out.resolve() and (sibling / "index.html").is_file()
+    own = DECODER_FOLDER if causal else ENCODER_FOLDER  # this page's default folder name
+    if out.resolve().name != own:  # written elsewhere: the other's default is not beside it
+        command += f" --out {sibling}"
     return {
         "model": model,
         "kind": "encoder" if causal else "decoder",
         "command": command,
-        "href": f"../{target}/index.html" if found else None,
+        "href": f"../{target}/index.html",
+        "found": found,
     }

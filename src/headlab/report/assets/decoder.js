@@ -59,14 +59,11 @@ const other = data.companion;
 const comp = document.getElementById("companion");
 if (other) {
   comp.appendChild(document.createTextNode("The " + other.kind + "'s page (" + other.model + "): "));
-  if (other.href) {
-    comp.appendChild(el("a", { href: other.href, id: "companion-link" }, other.href));
-    comp.appendChild(document.createTextNode(" (rebuild it with "));
-  } else {
-    comp.appendChild(document.createTextNode("not written beside this one yet; make it with "));
-  }
+  comp.appendChild(el("a", { href: other.href, id: "companion-link" }, other.href));
+  comp.appendChild(document.createTextNode(
+    other.found ? " (rebuild it with " : " (not written when this page was; make it with "));
   comp.appendChild(el("code", {}, other.command));
-  comp.appendChild(document.createTextNode(other.href ? ")." : "."));
+  comp.appendChild(document.createTextNode(")."));
 } else {
   comp.remove();
 }

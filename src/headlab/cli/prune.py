@@ -321,8 +321,7 @@ def _print_compare(args: argparse.Namespace, result: dict[str, Any]) -> int:
 
     con = console()
     table = Table(
-        title=f"{result['model']}: {result['metric']} ({result['unit']}), unpruned "
-        f"{result['metric_before']:.2f}"
+        title=f"{result['model']}: {_metric_label(result)}, unpruned {result['metric_before']:.2f}"
     )
     for col in ("importance", "most heads removed within 1 point", "with recovery"):
         table.add_column(col, justify="right")
@@ -361,7 +360,7 @@ def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
 
     con = console()
     table = Table(title=f"{result['model']}: pruning curve ({result['importance']} importance)")
-    cols = ["step", "heads removed", "share", f"{result['metric']} ({result['unit']})", "loss"]
+    cols = ["step", "heads removed", "share", _metric_label(result), "loss"]
     kv = "kv_bytes_per_token" in result["curve"][0]
     context = result.get("kv_context")
     if kv:  # causal models: what the removed KV heads save in the cache
@@ -410,3 +409,9 @@ def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
             f"{r['metric_before']:.2f} -> {r['metric_after']:.2f} (saved after recovery)"
         )
     return 0
+
+
+def _metric_label(result: dict[str, Any]) -> str:
+    """``metric (unit)``, or the metric alone where its unit is its name (perplexity)."""
+    metric, unit = str(result["metric"]), str(result["unit"])
+    return metric if unit == metric else f"{metric} ({unit})"

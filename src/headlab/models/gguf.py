@@ -201,7 +201,7 @@ def folder_for(path: str | Path, *, notify: Callable[[str], None] | None = None)
                 f"converting {source.name} ({arch}) to a float32 model folder in {folder} "
                 "(once; later runs reuse it)"
             )
-        _convert(source, folder, arch)
+        _convert(source, folder, arch, bar=notify is not None)
     return folder
 
 
@@ -229,7 +229,11 @@ def _lock(folder: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _convert(source: Path, folder: Path, arch: str) -> None:
+def _convert(source: Path, folder: Path, arch: str, *, bar: bool = True) -> None:
+    """Read ``source`` with transformers and write ``folder``; ``bar``: let transformers draw
+    its bar over the tensors (a command that was not asked to be quiet), else nothing prints
+    (library code, ``-q``)."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -239,6 +243,9 @@ def _convert(source: Path, folder: Path, arch: str) -> None:
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()  # the caller was told in one line
+    drawn = getattr(gguf_utils, "tqdm", None)  # transformers' own tqdm over the tensors
+    if not bar and drawn is not None:
+        gguf_utils.tqdm = lambda items, *args, **kwargs: items  # type: ignore[attr-defined]
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
         model: Any = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name)
@@ -253,6 +260,8 @@ def _convert(source: Path, folder: Path, arch: str) -> None:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+        if drawn is not None:
+            gguf_utils.tqdm = drawn  # type: ignore[attr-defined]
     write_folder(model, tokenizer, source, folder, arch)
 
 

@@ -22,7 +22,8 @@ from headlab.datasets.treebank import word_frequencies
 from headlab.models import load
 from headlab.roles.bootstrap import Sums
 from headlab.roles.options import RoleOptions
-from headlab.roles.passes import Cursor, gap_pass, induction_pass, treebank_pass
+from headlab.roles.passes import Cursor, gap_pass, treebank_pass
+from headlab.roles.repeated import induction_pass
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 ROOT = SRC.parent

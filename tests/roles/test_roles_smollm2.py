@@ -13,8 +13,8 @@ import torch
 
 from headlab.roles import RoleOptions
 from headlab.roles.bootstrap import Sums
-from headlab.roles.passes import induction_pass
 from headlab.roles.probes import induction
+from headlab.roles.repeated import induction_pass
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,9 @@ from headlab.roles.bootstrap import Sums
 from headlab.roles.checkpoint import Checkpoint, Stage, fingerprint
 from headlab.roles.folds import assign_folds, resampling_unit
 from headlab.roles.options import RoleOptions
-from headlab.roles.passes import Cursor, gap_pass, induction_pass, treebank_pass
+from headlab.roles.passes import Cursor, gap_pass, treebank_pass
 from headlab.roles.probes import coreference, syntactic
+from headlab.roles.repeated import induction_pass
 from headlab.roles.results import CoreferenceResult, HeadRole, RelationRow, RoleReport
 from headlab.roles.scoring import evidence as score_evidence
 from headlab.roles.scoring import head_role, relation_rows

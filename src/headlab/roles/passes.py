@@ -1,5 +1,6 @@
 """The streaming passes of role statistics: the treebank and GAP consumers that add up every
-probe's sums block by block during the model's forward pass, and the induction pass.
+probe's sums block by block during the model's forward pass (the induction pass, over random
+tokens, is :mod:`headlab.roles.repeated`).
 
 Each layer's attention is computed by headlab in blocks of query rows during the model's own
 forward pass (:mod:`headlab.models.streaming`); nothing is recomputed or kept between layers.
@@ -16,12 +17,11 @@ import torch
 
 from headlab.datasets.gap import GapData, GapExample
 from headlab.datasets.treebank import TreebankSentence
-from headlab.errors import TooLongError
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import Batch, stream_corpus
 from headlab.models.streaming import BlockConsumer
 from headlab.models.words import Alignment
-from headlab.progress import Progress, stage
+from headlab.progress import Progress
 from headlab.roles.bootstrap import Sums
 from headlab.roles.geometry import WordArgmaxStream, build_geometry
 from headlab.roles.options import RoleOptions
@@ -29,7 +29,6 @@ from headlab.roles.probes import (
     broad,
     coreference,
     delimiter,
-    induction,
     positional,
     rare,
     syntactic,
@@ -462,44 +461,3 @@ def gap_pass(
 
 def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
     return max(b[0] - a[1], a[0] - b[1], 0)
-
-
-def induction_pass(
-    lm: LoadedModel,
-    sums: Sums,
-    options: RoleOptions,
-    cursor: Cursor = Cursor(),
-    progress: Progress | None = None,
-) -> None:
-    """Add the repeated random sequences' sums (:mod:`~headlab.roles.probes.induction`: the
-    induction, previous-token and duplicate-token weights) into ``sums``."""
-    from headlab.models.capture import HeadCapture
-
-    ids, start = induction.sequences(
-        lm.tokenizer, options.induction_sequences, options.induction_length, options.seed
-    )
-    limit = lm.max_positions
-    if limit is not None and ids.shape[1] > limit:
-        raise TooLongError(
-            f"induction sequences of {ids.shape[1]} tokens exceed the model's {limit} positions"
-        )
-    per_batch = max(1, options.batch_tokens // ids.shape[1])
-    rank, world = cursor.part
-    starts = range(0, ids.shape[0], per_batch)[rank::world][cursor.skip :]
-    total = sum(min(per_batch, ids.shape[0] - lo) for lo in starts)
-    with stage(progress, "induction", total, "sequences") as report:
-        for lo in starts:
-            chunk = ids[lo : lo + per_batch].to(lm.device)
-            items = list(range(lo, lo + chunk.shape[0]))
-            with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
-                lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
-            sums.add("induction.n", items, torch.ones(len(items)))
-            for layer in range(lm.n_layers):
-                values = induction.collect(cap.pattern(layer), options.induction_length, start)
-                for key, value in values.items():
-                    sums.add_layer(
-                        f"{key}.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
-                    )
-            if cursor.after_batch is not None:
-                cursor.after_batch()
-            report.advance(len(items))

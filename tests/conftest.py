@@ -59,6 +59,30 @@ def smollm2_folder() -> Path:
     return bundled_model_path("smollm2")
 
 
+#: Debian's chromium, which the README's test command installs (never ``playwright install``)
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Any:
+    """Headless Chromium through Playwright, one per test module; a missing binary fails (CI
+    must have it), it never skips."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(
+            f"{CHROMIUM} is missing: the README's test command installs it (apt-get install -y chromium)"
+        )
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield b
+        b.close()
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared gold data folder; tests that need it skip with a reason when it is absent."""

@@ -13,8 +13,6 @@ from headlab.cli import main
 from headlab.report.decoder import companion, decoder_roles
 from headlab.report.figures import role_styles
 
-CHROMIUM = "/usr/bin/chromium"
-
 
 def _head(layer: int, head: int, role: str, scores: dict[str, Any]) -> dict[str, Any]:
     return {"layer": layer, "head": head, "role": role, "roles": [role], "scores": scores}
@@ -68,22 +66,6 @@ def test_each_page_links_the_other_when_it_sits_beside_it(tmp_path: Path) -> Non
     assert companion(decoder, causal=True, default_model=False)["found"]
     elsewhere = companion(tmp_path / "rep", causal=True, default_model=False)
     assert elsewhere["command"] == f"headlab report --out {tmp_path / 'headlab-report'}"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
 
 
 def _open(browser: Any, index: Path) -> tuple[Any, list[str]]:

@@ -10,7 +10,6 @@ from headlab.cli import main
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
 XSS = "<script>window.__pwned = 1</script> The chef <b>cooked</b> & left __JS__ __DATA__ __CSS__"
 
 
@@ -20,24 +19,6 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     argv = ["report", "--out", str(out), "--limit", "40", "--replicates", "10"]
     assert main([*argv, "--sentence", XSS]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(
-            f"{CHROMIUM} is missing: the README's test command installs it (apt-get install -y chromium)"
-        )
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
 
 
 @pytest.fixture

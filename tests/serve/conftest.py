@@ -7,12 +7,9 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-CHROMIUM = "/usr/bin/chromium"
 
 
 class Client:
@@ -50,25 +47,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def client(server: Any) -> Client:
     return Client(server.url)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    pytest.importorskip("playwright.sync_api", reason="the browser tests need playwright")
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(
-            f"{CHROMIUM} is missing: the README's test command installs it (apt-get install -y chromium)"
-        )
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
 
 
 def watch(page: Any) -> Any:

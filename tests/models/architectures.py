@@ -113,6 +113,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "granitemoe": {**GQA, "num_local_experts": 2, "num_experts_per_tok": 1},
     "smollm3": GQA,
     "helium": GQA,
+    # multi-query with a fused projection; through the attention interface since transformers 5.25
+    "falcon": {**SMALL, "multi_query": True},
     # encoder-decoders
     "t5": T5,
     "mt5": T5,
@@ -147,7 +149,6 @@ NOT_INTERFACE: dict[str, dict[str, Any]] = {
     "deberta-v2": SMALL,
     "mpnet": SMALL,
     "bloom": {"hidden_size": 32, "n_layer": 2, "n_head": 4, "vocab_size": VOCAB},
-    "falcon": SMALL,
 }
 
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import torch
 
@@ -32,6 +32,14 @@ from headlab.models.pruned import PRUNED_KEY
 from headlab.spec.layout import AttentionLayout, layout_from_config
 
 logger = logging.getLogger(__name__)
+
+
+class _LocalOnly(TypedDict):
+    """The options every ``from_pretrained`` here gets: files on disk, no code from the hub."""
+
+    local_files_only: bool
+    trust_remote_code: bool
+
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -150,7 +158,8 @@ def _switch(model: Any) -> None:
 
 def uses_interface(cls: type) -> bool:
     """Whether a model class's code calls transformers' attention interface (its module looks
-    functions up in ``ALL_ATTENTION_FUNCTIONS``); DeBERTa-v2, MPNet, BLOOM and Falcon do not."""
+    functions up in ``ALL_ATTENTION_FUNCTIONS``); DeBERTa-v2, MPNet and BLOOM do not
+    (Falcon did before transformers 5.25)."""
     import sys
 
     module = sys.modules.get(cls.__module__)
@@ -402,7 +411,7 @@ def load(
     if model_class is not None and not uses_interface(model_class):
         raise UnsupportedModelError(not_through_interface(model_class))  # before the weights
     attn = implementation_for(model_class)
-    common = {"local_files_only": True, "trust_remote_code": False}
+    common: _LocalOnly = {"local_files_only": True, "trust_remote_code": False}
     tokenizer = None  # an image model reads pixels: its image processor is for the caller
     if reads == "text":
         try:

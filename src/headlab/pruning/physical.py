@@ -87,7 +87,8 @@ def _record(
     if native:
         for key, value in native.items():
             setattr(config, key, value)
-    config.head_dim = head_dim
+    if getattr(config, "head_dim", None) != head_dim:  # Falcon derives it (a read-only property)
+        config.head_dim = head_dim
     config.headlab_heads_per_layer = heads
     config.headlab_kv_heads_per_layer = kv_heads
     setattr(

@@ -231,6 +231,9 @@ def layout_from_config(config: Mapping[str, Any]) -> AttentionLayout:
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
     else:
         explicit = _first(cfg, HEAD_DIM_KEYS)
+        pruned = cfg.get("headlab_pruned")  # a folder headlab pruned records its head width
+        if explicit is None and isinstance(pruned, Mapping):
+            explicit = pruned.get("head_dim")  # (Falcon derives head_dim and never writes it)
         if explicit is not None:
             head_dim = _positive_int(explicit, "head_dim")
         else:

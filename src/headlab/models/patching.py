@@ -1,0 +1,226 @@
+"""Hooks for causal interventions on heads: swap head outputs between runs, batched over copies.
+
+Activation patching asks what happens to a behaviour when one head's output is taken from
+another run. headlab answers it for every head at once by stacking *copies* of a batch: a
+forward pass over ``N x B`` rows, where copy ``n`` of the ``B`` prompts has its own set of heads
+replaced. :class:`HeadPatch` is that intervention; :class:`Residuals` records what each decoder
+layer reads, so that a patched pass can start at the patched layer (:func:`run_from`) instead of
+recomputing the identical layers below it; :class:`HeadOutputs` keeps each layer's head outputs
+inside the autograd graph, for gradients with respect to them.
+
+A head's output is its slice of the output projection's input (the concatenation of heads),
+as everywhere in headlab (:mod:`headlab.models.capture`).
+
+Shape vocabulary: ``N`` copies, ``B`` prompts, ``T`` tokens, ``H`` heads, ``D`` head width,
+``E`` model width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from headlab.models.interface import by_module, per_call
+from headlab.models.loading import LoadedModel
+
+
+@dataclass(frozen=True, kw_only=True)
+class Swap:
+    """Heads of one layer whose output comes from ``source`` in chosen copies.
+
+    Shape:
+        source: ``(B, T, H, D)`` head outputs of the run to take them from.
+        select: bool ``(N, H)``: copy ``n`` takes head ``h`` from ``source``.
+        positions: bool ``(T,)`` where the swap applies (``None``: everywhere).
+    """
+
+    source: torch.Tensor
+    select: torch.Tensor
+    positions: torch.Tensor | None = None
+
+
+class HeadPatch:
+    """Context manager: in a forward pass over ``N x B`` rows (copy-major), replace head outputs
+    as ``swaps`` say, layer by layer; swaps of one layer apply in order (a later one wins).
+
+    Example: every head of layer 3 patched from the corrupted run, one head per copy::
+
+        H = lm.layout.heads_per_layer[3]
+        swap = Swap(source=corrupt_heads, select=torch.eye(H, dtype=torch.bool))
+        with HeadPatch(lm, {3: [swap]}):
+            out = lm.model(input_ids=clean_ids.repeat(H, 1))
+    """
+
+    def __init__(self, lm: LoadedModel, swaps: Mapping[int, Sequence[Swap]]) -> None:
+        self.lm = lm
+        self.swaps = {int(k): list(v) for k, v in swaps.items() if v}
+        self._removers: list[Callable[[], None]] = []
+
+    def _hook(self, layer: int) -> Callable[..., Any]:
+        n_heads = self.lm.layout.heads_per_layer[layer]
+        swaps = self.swaps.get(layer, [])
+
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            if not swaps:
+                return None
+            x = args[0]  # (N*B, T, H*D)
+            split = x.view(*x.shape[:-1], n_heads, -1)  # (N*B, T, H, D)
+            for swap in swaps:
+                n_copies, batch = swap.select.shape[0], swap.source.shape[0]
+                rows = split.view(n_copies, batch, *split.shape[1:])  # (N, B, T, H, D)
+                where = swap.select.to(x.device)[:, None, None, :, None]  # (N, 1, 1, H, 1)
+                if swap.positions is not None:
+                    where = where & swap.positions.to(x.device)[None, None, :, None, None]
+                source = swap.source.to(device=x.device, dtype=x.dtype)[None]  # (1, B, T, H, D)
+                split = torch.where(where, source, rows).view(split.shape)
+            return (split.reshape(x.shape), *args[1:])
+
+        return hook
+
+    def __enter__(self) -> HeadPatch:
+        try:
+            for module, served in by_module([h.out_proj for h in self.lm.layers]):
+                if any(layer in self.swaps for layer in served):
+                    hook = per_call([self._hook(layer) for layer in served])
+                    self._removers.append(module.register_forward_pre_hook(hook).remove)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._removers:
+            self._removers.pop()()
+
+
+class HeadOutputs:
+    """Context manager that keeps every layer's head outputs ``(B, T, H, D)`` as they enter the
+    output projection, inside the autograd graph (for ``torch.autograd.grad``); ``detach=True``
+    keeps plain copies instead."""
+
+    def __init__(self, lm: LoadedModel, *, detach: bool = False) -> None:
+        self.lm = lm
+        self.detach = detach
+        self.outputs: dict[int, torch.Tensor] = {}
+        self._removers: list[Callable[[], None]] = []
+
+    def _hook(self, layer: int) -> Callable[..., Any]:
+        n_heads = self.lm.layout.heads_per_layer[layer]
+
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            x = args[0]  # (B, T, H*D)
+            split = x.view(*x.shape[:-1], n_heads, -1)  # (B, T, H, D)
+            if self.detach:
+                self.outputs[layer] = split.detach().clone()
+                return None
+            # The projection must read the very tensor kept, or a gradient with respect to it
+            # would not flow: hand it back as the projection's input.
+            self.outputs[layer] = split
+            return (split.reshape(x.shape), *args[1:])
+
+        return hook
+
+    def __enter__(self) -> HeadOutputs:
+        for module, served in by_module([h.out_proj for h in self.lm.layers]):
+            hook = per_call([self._hook(layer) for layer in served])
+            self._removers.append(module.register_forward_pre_hook(hook).remove)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._removers:
+            self._removers.pop()()
+
+
+def decoder_layers(lm: LoadedModel) -> tuple[nn.Module, str, nn.ModuleList] | None:
+    """The module list of a one-stack model's blocks, with its parent and attribute name: the
+    ``nn.ModuleList`` with one child per layer, child ``i`` holding layer ``i``'s attention.
+    ``None`` when there is none (encoder-decoders, shared layers)."""
+    attentions = [h.attention for h in lm.layers]
+    if len({id(a) for a in attentions}) != len(attentions) or lm.n_layers == 0:
+        return None
+    for parent in lm.model.modules():
+        for name, child in parent.named_children():
+            if not isinstance(child, nn.ModuleList) or len(child) != lm.n_layers:
+                continue
+            if all(
+                any(m is attentions[i] for m in block.modules()) for i, block in enumerate(child)
+            ):
+                return parent, name, child
+    return None
+
+
+def _uniform_layers(lm: LoadedModel) -> bool:
+    """Whether every layer runs the same kind of attention (no per-layer mask types, which a
+    model's forward looks up by the layer's position in its loop)."""
+    config = lm.model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    types = getattr(text, "layer_types", None)
+    return len(set(lm.layout.layer_windows)) <= 1 and (not types or len(set(types)) == 1)
+
+
+class Residuals:
+    """Context manager recording each decoder block's input ``(B, T, E)`` (the residual stream
+    it reads) in one forward pass; ``None`` entries where the model has no block list."""
+
+    def __init__(self, lm: LoadedModel) -> None:
+        self.lm = lm
+        self.inputs: dict[int, torch.Tensor] = {}
+        self._removers: list[Callable[[], None]] = []
+
+    def __enter__(self) -> Residuals:
+        found = decoder_layers(self.lm)
+        if found is not None:
+            for i, block in enumerate(found[2]):
+                self._removers.append(
+                    block.register_forward_pre_hook(self._hook(i), with_kwargs=True).remove
+                )
+        return self
+
+    def _hook(self, layer: int) -> Callable[..., Any]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            if isinstance(hidden, torch.Tensor):
+                self.inputs[layer] = hidden.detach()
+
+        return hook
+
+    def __exit__(self, *exc: object) -> None:
+        while self._removers:
+            self._removers.pop()()
+
+
+def can_start_later(lm: LoadedModel) -> bool:
+    """Whether :func:`run_from` can skip the layers below its start on this model."""
+    return decoder_layers(lm) is not None and _uniform_layers(lm)
+
+
+@contextmanager
+def starting_at(lm: LoadedModel, layer: int, hidden: torch.Tensor | None) -> Iterator[None]:
+    """Within the block, the model's forward runs only blocks ``layer..L-1``, the first of them
+    reading ``hidden`` ``(N*B, T, E)`` instead of what the skipped blocks would have given it.
+
+    The embedding still runs (it is cheap and gives the blocks their positions and masks); with
+    ``hidden=None``, or where :func:`can_start_later` says no, nothing is skipped."""
+    found = decoder_layers(lm) if hidden is not None and layer > 0 else None
+    if found is None or not can_start_later(lm):
+        yield
+        return
+    parent, name, blocks = found
+
+    def feed(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if args:
+            return (hidden, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": hidden}
+
+    remove = blocks[layer].register_forward_pre_hook(feed, with_kwargs=True).remove
+    parent._modules[name] = nn.ModuleList(list(blocks)[layer:])
+    try:
+        yield
+    finally:
+        parent._modules[name] = blocks
+        remove()

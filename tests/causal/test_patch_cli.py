@@ -1,0 +1,193 @@
+"""``headlab patch`` and the library entry ``patch_heads``, end to end on tiny random decoders:
+the JSON a user reads, the files written, and every bad input refused in one line that names
+the file and line, with nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tests.models.tiny import build
+
+from headlab.causal.patching import patch_heads, run_patching, spearman
+from headlab.causal.tasks import encode_task, read_prompts
+from headlab.cli import main
+from headlab.models.loading import load
+
+PROMPTS = [
+    {
+        "clean": "When Mary and John went to the store, John gave a drink to",
+        "corrupt": "When Anna and Paul went to the store, Tom gave a drink to",
+        "answer": " Mary",
+        "distractor": " John",
+    },
+    {
+        "clean": "Then, John and Mary had a long argument, and afterwards Mary said to",
+        "corrupt": "Then, Paul and Anna had a long argument, and afterwards Tom said to",
+        "answer": " John",
+        "distractor": " Mary",
+    },
+]
+
+
+def _jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("llama", tmp_path_factory.mktemp("llama"), lm_head=True, seed=5)
+
+
+def _fails(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_json_names_every_head_and_the_metric(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = _jsonl(tmp_path / "ioi.jsonl", PROMPTS)
+    figure, table = tmp_path / "heat.png", tmp_path / "heads.csv"
+    argv = ["-q", "patch", "--model", str(folder), "--prompts", str(prompts), "--json"]
+    assert main([*argv, "--figure", str(figure), "--csv-out", str(table)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] and out["task"] == "ioi.jsonl" and out["method"] == "activation"
+    assert out["position"] == "all" and out["n_prompts"] == 2
+    assert set(out["metric"]) >= {"clean", "corrupt"}
+    assert out["metric"]["clean"] != out["metric"]["corrupt"]
+    heads = out["heads"]
+    assert sorted((h["layer"], h["head"]) for h in heads) == [
+        (la, h) for la in (0, 1) for h in range(4)
+    ]
+    assert all(isinstance(h["effect"], float) for h in heads)
+    # the files say the same as the JSON
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = table.read_text().splitlines()
+    assert rows[0] == "layer,head,effect" and len(rows) == 1 + len(heads)
+    first = rows[1].split(",")
+    match = next(h for h in heads if (h["layer"], h["head"]) == (int(first[0]), int(first[1])))
+    assert float(first[2]) == pytest.approx(match["effect"], rel=1e-5, abs=1e-9)
+    # patching the last position only is another measurement
+    assert main([*argv, "--position", "last"]) == 0
+    last = json.loads(capsys.readouterr().out)
+    assert last["position"] == "last"
+    assert [h["effect"] for h in last["heads"]] != [h["effect"] for h in heads]
+
+
+def test_compare_prints_both_correlations_and_top_heads(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = _jsonl(tmp_path / "ioi.jsonl", PROMPTS)
+    argv = ["-q", "patch", "--model", str(folder), "--prompts", str(prompts)]
+    assert main([*argv, "--method", "attribution", "--compare", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    compare = out["compare"]
+    assert compare["method"] == "activation"
+    assert -1.0 <= compare["pearson"] <= 1.0 and -1.0 <= compare["spearman"] <= 1.0
+    assert len(compare["top"]["attribution"]) == len(compare["top"]["activation"]) == 5
+    assert main([*argv, "--method", "ig", "--steps", "2", "--compare"]) == 0
+    text = capsys.readouterr().out
+    assert "Pearson" in text and "Spearman" in text and "activation patching's top" in text
+
+
+def test_write_gives_prompts_that_read_back(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "ioi.jsonl"
+    argv = ["-q", "patch", "--model", str(folder), "--task", "ioi", "--n", "6", "--seed", "3"]
+    assert main([*argv, "--write", str(out)]) == 0
+    prompts = read_prompts(out)
+    assert len(prompts) == 6 and all(p.answer != p.distractor for p in prompts)
+    assert main(["-q", "patch", "--model", str(folder), "--prompts", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_prompts"] == 6
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ([PROMPTS[0], "{not json"], r"bad\.jsonl, line 2: not JSON"),
+        (
+            [PROMPTS[0], {"clean": "a", "corrupt": "b", "answer": " x"}],
+            r"line 2: missing distractor",
+        ),
+        (
+            [{**PROMPTS[0], "corrupt": "When Anna went to the big store, Tom gave it to"}],
+            r"bad\.jsonl, line 1: clean and corrupt must tokenize to the same length",
+        ),
+        ([{**PROMPTS[0], "distractor": " Mary"}], r"line 1: answer ' Mary' and distractor ' Mary'"),
+        ([{**PROMPTS[0], "corrupt": PROMPTS[0]["clean"]}], r"score the same on average"),
+    ],
+)
+def test_bad_prompt_files_are_refused_in_one_line_and_nothing_is_written(
+    folder: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    rows: list[object],
+    expected: str,
+) -> None:
+    import re
+
+    bad = _jsonl(tmp_path / "bad.jsonl", rows)
+    figure = tmp_path / "heat.png"
+    argv = ["-q", "patch", "--model", str(folder), "--prompts", str(bad), "--figure", str(figure)]
+    line = _fails(argv, capsys)
+    assert re.search(expected, line), line
+    assert not figure.exists()
+
+
+def test_a_model_without_a_language_model_head_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = build("bert", tmp_path / "bert")
+    prompts = _jsonl(tmp_path / "ioi.jsonl", PROMPTS)
+    line = _fails(["-q", "patch", "--model", str(plain), "--prompts", str(prompts)], capsys)
+    assert "language-model head" in line or "causal" in line, line
+
+
+def test_bad_flags_are_refused_before_any_work(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["-q", "patch", "--model", str(folder)]
+    assert "expected a .png file" in _fails([*base, "--figure", str(tmp_path / "x.jpg")], capsys)
+    assert "does not exist" in _fails([*base, "--write", str(tmp_path / "no" / "a.jsonl")], capsys)
+    assert "--compare compares" in _fails([*base, "--compare"], capsys)
+
+
+def test_library_entry_takes_a_transformers_model_and_dicts(folder: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    result = patch_heads(model, tokenizer, PROMPTS)
+    lm = load(folder, with_lm_head=True)
+    same = run_patching(lm, encode_task(lm.tokenizer, read_prompts_from(PROMPTS)))
+    torch.testing.assert_close(result.effects, same.effects, atol=1e-6, rtol=1e-5)
+    top = result.top(3)
+    assert len(top) == 3 and abs(top[0][2]) >= abs(top[1][2]) >= abs(top[2][2])
+    assert top[0][2] == pytest.approx(float(result.effects[top[0][0], top[0][1]]))
+    page = result._repr_html_()
+    assert page.count("<tr>") == lm.n_layers and page.count("<td") == 8
+    with pytest.raises(Exception, match="k must be a whole number"):
+        result.top(0)
+
+
+def read_prompts_from(rows: list[dict[str, str]]) -> list:  # type: ignore[type-arg]
+    from headlab.causal.tasks import parse_prompt
+
+    return [parse_prompt(r) for r in rows]
+
+
+def test_spearman_matches_scipy() -> None:
+    from scipy.stats import spearmanr
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    b = a + 0.5 * torch.randn(5, 4, generator=g, dtype=torch.float64)
+    b[0, :2] = b[0, 2]  # ties
+    assert spearman(a, b) == pytest.approx(spearmanr(a.flatten(), b.flatten()).statistic)

@@ -191,3 +191,29 @@ def test_spearman_matches_scipy() -> None:
     b = a + 0.5 * torch.randn(5, 4, generator=g, dtype=torch.float64)
     b[0, :2] = b[0, 2]  # ties
     assert spearman(a, b) == pytest.approx(spearmanr(a.flatten(), b.flatten()).statistic)
+
+
+def test_the_report_draws_a_patching_result(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = _jsonl(tmp_path / "ioi.jsonl", PROMPTS)
+    argv = ["-q", "patch", "--model", str(folder), "--prompts", str(prompts), "--json"]
+    assert main(argv) == 0
+    result = tmp_path / "patch.json"
+    result.write_text(capsys.readouterr().out)
+    top = json.loads(result.read_text())["heads"]
+    best = max(top, key=lambda h: abs(h["effect"]))
+    out = tmp_path / "report"
+    report = ["-q", "report", "--out", str(out), "--limit", "8", "--replicates", "0", "--no-gap"]
+    assert main([*report, "--patch", str(result)]) == 0
+    capsys.readouterr()
+    page = (out / "index.html").read_text()
+    assert 'src="figures/patching.png"' in page and "Which heads carry ioi.jsonl" in page
+    assert f"{best['layer']}.{best['head']} ({best['effect']:+.2f})" in page
+    assert (out / "figures" / "patching.png").read_bytes()[:4] == b"\x89PNG"
+    # a file that is not a patching result is refused before anything is measured
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model": "m", "heads": []}))
+    line = _fails([*report, "--out", str(tmp_path / "r2"), "--patch", str(bad)], capsys)
+    assert "expected the JSON of headlab patch --json" in line and str(bad) in line
+    assert not (tmp_path / "r2").exists()

@@ -365,3 +365,136 @@ def test_smollm2_patching_matches_the_loop_on_ioi(smollm2):
     top_exact = divmod(int(got.effects[layers].abs().argmax()), n_heads)
     top_estimate = divmod(int(estimate.effects[layers].abs().argmax()), n_heads)
     assert top_exact == top_estimate
+
+
+# ----------------------------------------------------- keys, values and whole layers (oracles)
+def _blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    if hasattr(model, "transformer"):  # GPT-2
+        return list(model.transformer.h)
+    return list(model.model.layers)
+
+
+def _kv_module(model: torch.nn.Module, layer: int, component: str) -> tuple[torch.nn.Module, int]:
+    """The module that outputs ``layer``'s keys or values, and their first column."""
+    block = _blocks(model)[layer]
+    if hasattr(block, "attn"):  # GPT-2's c_attn: [q | k | v], each of the model's width
+        width = model.config.n_embd
+        return block.attn.c_attn, width if component == "k" else 2 * width
+    attn = block.self_attn
+    return (attn.k_proj if component == "k" else attn.v_proj), 0
+
+
+def _oracle_swap_outputs(
+    model: torch.nn.Module,
+    raw: list,
+    modules: list[torch.nn.Module],
+    columns: list[slice | None],
+    kind: str = "output",
+) -> tuple[torch.Tensor, float, float]:
+    """Normalized effects ``(len(modules),)``: the clean run with ``module``'s output (or, for
+    ``kind="input"``, its hidden-states input) columns taken from the corrupted run; one
+    forward per module and prompt."""
+    patched = torch.zeros(len(modules), dtype=torch.float64)
+    clean_sum = corrupt_sum = 0.0
+    for clean, corrupt, answer, distractor in raw:
+        c_ids, x_ids = torch.tensor([clean]), torch.tensor([corrupt])
+        seen: dict[int, torch.Tensor] = {}
+        hooks = []
+        for i, m in enumerate(modules):
+            if kind == "input":
+                hooks.append(
+                    m.register_forward_pre_hook(
+                        lambda mod, a, kw, i=i: seen.__setitem__(  # noqa: B023
+                            i, (a[0] if a else kw["hidden_states"]).clone()
+                        ),
+                        with_kwargs=True,
+                    )
+                )
+            else:
+                hooks.append(
+                    m.register_forward_hook(
+                        lambda mod, a, out, i=i: seen.__setitem__(  # noqa: B023
+                            i, (out[0] if isinstance(out, tuple) else out).clone()
+                        )
+                    )
+                )
+        with torch.no_grad():
+            corrupt_sum += _ld(model, x_ids, answer, distractor)
+        for h in hooks:
+            h.remove()
+        with torch.no_grad():
+            clean_sum += _ld(model, c_ids, answer, distractor)
+        for i, m in enumerate(modules):
+            cols = columns[i] or slice(None)
+
+            if kind == "input":
+
+                def pre(mod, a, kw, i=i):
+                    if a:
+                        return (seen[i], *a[1:]), kw  # noqa: B023
+                    return a, {**kw, "hidden_states": seen[i]}  # noqa: B023
+
+                hook = m.register_forward_pre_hook(pre, with_kwargs=True)
+            else:
+
+                def post(mod, a, out, i=i, cols=cols):
+                    first = out[0] if isinstance(out, tuple) else out
+                    first = first.clone()
+                    first[..., cols] = seen[i][..., cols]  # noqa: B023
+                    return (first, *out[1:]) if isinstance(out, tuple) else first
+
+                hook = m.register_forward_hook(post)
+            try:
+                with torch.no_grad():
+                    patched[i] += _ld(model, c_ids, answer, distractor)
+            finally:
+                hook.remove()
+    n = len(raw)
+    clean, corrupt = clean_sum / n, corrupt_sum / n
+    return (clean - patched / n) / (clean - corrupt), clean, corrupt
+
+
+@pytest.mark.parametrize("component", ["k", "v"])
+def test_keys_and_values_are_patched_per_kv_head(tiny, component):
+    task, raw = _random_task(tiny, 3, 8, seed=8)
+    got = activation_patching(tiny, task, component=component, max_rows=4)
+    n_kv, d = tiny.layout.kv_heads_per_layer[0], tiny.head_dim
+    modules, columns = [], []
+    for layer in range(tiny.n_layers):
+        module, first = _kv_module(tiny.model, layer, component)
+        for g in range(n_kv):
+            modules.append(module)
+            columns.append(slice(first + g * d, first + (g + 1) * d))
+    expected, _, _ = _oracle_swap_outputs(tiny.model, raw, modules, columns)
+    torch.testing.assert_close(got.effects[:, :n_kv].flatten(), expected, atol=1e-9, rtol=1e-9)
+    assert got.effects[:, n_kv:].isnan().all()  # only KV heads are units here
+    out = got.to_json()
+    assert out["component"] == component and len(out["kv_heads"]) == tiny.n_layers * n_kv
+    assert "heads" not in out and {"layer", "kv_head", "effect"} <= set(out["kv_heads"][0])
+    assert (expected.abs() > 1e-6).any()  # the patches change something
+
+
+@pytest.mark.parametrize("position", [None, -1])
+def test_layer_table_matches_hooks_on_blocks_attention_and_mlp(tiny, position):
+    from headlab.causal.patching import layer_patching
+
+    task, raw = _random_task(tiny, 2, 8, seed=9)
+    got = layer_patching(tiny, task, position=position)
+    blocks = _blocks(tiny.model)
+    attns = [getattr(b, "attn", None) or b.self_attn for b in blocks]
+    mlps = [b.mlp for b in blocks]
+    if position is None:
+        resid, _, _ = _oracle_swap_outputs(tiny.model, raw, blocks, [None] * len(blocks), "input")
+        attn, _, _ = _oracle_swap_outputs(tiny.model, raw, attns, [None] * len(attns))
+        mlp, _, _ = _oracle_swap_outputs(tiny.model, raw, mlps, [None] * len(mlps))
+        torch.testing.assert_close(got.resid, resid, atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(got.attn, attn, atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(got.mlp, mlp, atol=1e-9, rtol=1e-9)
+        # the residual stream into layer 0 is the whole corrupted input: the full gap
+        assert float(got.resid[0]) == pytest.approx(1.0, abs=1e-9)
+    else:  # the last position's attention output equals patching its heads all at once
+        heads_all = activation_patching(tiny, task, position=position)
+        assert heads_all.component == "z"
+        assert got.attn.shape == (tiny.n_layers,) and not got.attn.isnan().any()
+    rows = got.to_json()
+    assert [r["layer"] for r in rows] == list(range(tiny.n_layers))

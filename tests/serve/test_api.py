@@ -211,3 +211,21 @@ def test_the_command_serves_on_localhost_and_stops_on_ctrl_c(tmp_path: Path) -> 
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_headlab_report_keeps_its_roles_for_the_explorer(tmp_path, monkeypatch, capsys) -> None:
+    """Measured once, seen everywhere: the roles a report measured are the ones the explorer
+    then shows for that model, with no separate ``headlab roles`` run."""
+    from headlab.explore.roles import RoleSources, cached_roles_path
+
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "report"
+    argv = ["-q", "report", "--model", "tiny-shakespeare", "--out", str(out)]
+    assert main([*argv, "--limit", "20", "--replicates", "0", "--no-gap"]) == 0
+    capsys.readouterr()
+    cached = json.loads(cached_roles_path("tiny-shakespeare").read_text(encoding="utf-8"))
+    assert cached["model"] == "tiny-shakespeare" and len(cached["heads"]) == 16
+    found = RoleSources().for_model("tiny-shakespeare", [4, 4, 4, 4])
+    assert found["source"].startswith("the cache") and len(found["heads"]) == 16
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert cached["heads"][0]["role"] in page  # the same run the page was drawn from

@@ -30,16 +30,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+from torch import nn
 
 from headlab.causal.tasks import Batch, Task
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
-from headlab.models.patching import HeadOutputs, HeadPatch, Residuals, Swap, starting_at
+from headlab.models.patching import (
+    ColumnSwap,
+    HeadOutputs,
+    HeadPatch,
+    OutputPatch,
+    OutputRecord,
+    Residuals,
+    Swap,
+    block_mlp,
+    kv_columns,
+    starting_at,
+)
 from headlab.progress import NO_PROGRESS, Progress, stage
 
 Method = Literal["activation", "attribution", "ig"]
@@ -91,6 +103,8 @@ class PatchingResult:
     seconds: float = 0.0
     #: what was patched: ``"z"`` query heads' outputs, ``"k"``/``"v"`` KV heads' keys/values
     component: str = "z"
+    #: per layer: residual stream, attention output, MLP output (activation patching)
+    layers: LayerTable | None = None
 
     @property
     def unit(self) -> str:
@@ -144,8 +158,45 @@ class PatchingResult:
                 },
             }
         out["seconds"] = round(self.seconds, 3)
-        out["heads"] = heads
+        if self.layers is not None:
+            out["layers"] = self.layers.to_json()
+        key = "heads" if self.component == "z" else "kv_heads"
+        out[key] = heads
         return out
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "patching result") -> PatchingResult:
+        """The result again from :meth:`to_json`'s output (the JSON of ``headlab patch``).
+
+        Raises:
+            InputError: naming ``where`` and what is missing.
+        """
+        try:
+            rows = data.get("heads") or data.get("kv_heads")
+            if not isinstance(rows, list) or not rows:
+                raise KeyError("heads")
+            unit = "head" if "heads" in data else "kv_head"
+            n_layers = 1 + max(int(r["layer"]) for r in rows)
+            width = 1 + max(int(r[unit]) for r in rows)
+            effects = torch.full((n_layers, width), float("nan"), dtype=torch.float64)
+            for r in rows:
+                effects[int(r["layer"]), int(r[unit])] = float(r["effect"])
+            position = data.get("position", "all")
+            return cls(
+                model=str(data["model"]),
+                task=str(data["task"]),
+                method=str(data.get("method", "activation")),
+                position=None if position == "all" else parse_position(position),
+                n_prompts=int(data.get("n_prompts", 0)),
+                clean=float(data["metric"]["clean"]),
+                corrupt=float(data["metric"]["corrupt"]),
+                effects=effects,
+                component=str(data.get("component", "z")),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"{where}: expected the JSON of headlab patch --json (missing or bad {exc})"
+            ) from None
 
     def to_csv(self) -> str:
         """One row a head: ``layer,head,effect`` (``kv_head`` for keys and values)."""
@@ -228,23 +279,38 @@ def check_task(lm: LoadedModel, task: Task) -> None:
 
 @dataclass
 class _Runs:
-    """One batch's clean and corrupted runs: metrics, head outputs, residual stream."""
+    """One batch's clean and corrupted runs: metrics, head outputs, residual stream, and the
+    corrupted run's outputs of the modules a patch reads (key/value projections, MLPs)."""
 
     clean_ld: torch.Tensor  # (B,)
     corrupt_ld: torch.Tensor  # (B,)
     clean_heads: dict[int, torch.Tensor]  # layer -> (B, T, H, D)
     corrupt_heads: dict[int, torch.Tensor]
-    residuals: dict[int, torch.Tensor]  # layer -> (B, T, E), what block l reads
+    residuals: dict[int, torch.Tensor]  # layer -> (B, T, E), what block l reads (clean)
+    corrupt_residuals: dict[int, torch.Tensor]
+    corrupt_outputs: dict[nn.Module, torch.Tensor]  # module -> (B, T, C)
 
 
-def _runs(lm: LoadedModel, batch: Batch) -> _Runs:
+def _runs(lm: LoadedModel, batch: Batch, modules: Sequence[nn.Module] = ()) -> _Runs:
     with HeadOutputs(lm, detach=True) as clean, Residuals(lm) as resid:
         clean_ld = logit_difference(last_logits(lm, batch.clean), batch.answer, batch.distractor)
-    with HeadOutputs(lm, detach=True) as corrupt:
+    with (
+        HeadOutputs(lm, detach=True) as corrupt,
+        Residuals(lm) as corrupt_resid,
+        OutputRecord(modules) as outputs,
+    ):
         corrupt_ld = logit_difference(
             last_logits(lm, batch.corrupt), batch.answer, batch.distractor
         )
-    return _Runs(clean_ld, corrupt_ld, clean.outputs, corrupt.outputs, resid.inputs)
+    return _Runs(
+        clean_ld,
+        corrupt_ld,
+        clean.outputs,
+        corrupt.outputs,
+        resid.inputs,
+        corrupt_resid.inputs,
+        outputs.outputs,
+    )
 
 
 def _check_layers(lm: LoadedModel, layers: Sequence[int] | None) -> list[int]:
@@ -277,12 +343,53 @@ def _empty(lm: LoadedModel) -> torch.Tensor:
     )
 
 
+COMPONENTS = ("z", "k", "v")
+
+
+def _units(lm: LoadedModel, layer: int, component: str) -> int:
+    """What one layer's patches are: query heads (``z``) or KV heads (``k``, ``v``)."""
+    if component == "z":
+        return lm.layout.heads_per_layer[layer]
+    return lm.layout.kv_heads_per_layer[layer]
+
+
+def _unit_patch(
+    lm: LoadedModel, layer: int, component: str, chosen: list[int], runs: _Runs, where: Any
+) -> AbstractContextManager[Any]:
+    """The hooks that patch units ``chosen`` of ``layer``, one a copy."""
+    if component == "z":
+        n_heads = lm.layout.heads_per_layer[layer]
+        select = torch.zeros(len(chosen), n_heads, dtype=torch.bool)
+        select[torch.arange(len(chosen)), chosen] = True
+        swap = Swap(source=runs.corrupt_heads[layer], select=select, positions=where)
+        return HeadPatch(lm, {layer: [swap]})
+    module, columns = kv_columns(lm, layer, component)
+    source = runs.corrupt_outputs[module]
+    mask = torch.zeros(len(chosen), source.shape[-1], dtype=torch.bool)
+    for copy, unit in enumerate(chosen):
+        mask[copy, columns[unit]] = True
+    return OutputPatch({module: ColumnSwap(source=source, columns=mask, positions=where)})
+
+
+def _kv_modules(lm: LoadedModel, layers: Sequence[int], component: str) -> list[nn.Module]:
+    if component == "z":
+        return []
+    out = []
+    for layer in layers:
+        try:
+            out.append(kv_columns(lm, layer, component)[0])
+        except ValueError as exc:
+            raise InputError(f"--component {component}: {exc}") from None
+    return out
+
+
 def activation_patching(
     lm: LoadedModel,
     task: Task,
     *,
     position: int | None = None,
     layers: Sequence[int] | None = None,
+    component: str = "z",
     max_rows: int = MAX_ROWS,
     progress: Progress | None = None,
 ) -> PatchingResult:
@@ -293,36 +400,39 @@ def activation_patching(
             ``None``: every position.
         layers: patch only the heads of these layers (the others' effects are NaN);
             ``None``: every layer.
-        max_rows: rows (heads x prompts) of one forward pass.
+        component: ``"z"`` each query head's output; ``"k"``/``"v"`` each KV head's keys or
+            values (under GQA a KV head feeds a group of query heads).
+        max_rows: rows (heads x prompts) of one forward pass, bounding its memory.
     """
+    if component not in COMPONENTS:
+        raise InputError(f"component must be one of {', '.join(COMPONENTS)}, got {component!r}")
     check_task(lm, task)
     chosen_layers = _check_layers(lm, layers)
+    modules = _kv_modules(lm, chosen_layers, component)
     progress = progress or NO_PROGRESS
     start = time.perf_counter()
     device = lm.device
     patched_sum = _empty(lm).nan_to_num(0.0)
     clean_sum = corrupt_sum = 0.0
-    heads_total = sum(lm.layout.heads_per_layer[layer] for layer in chosen_layers)
-    with (
-        torch.inference_mode(),
-        stage(progress, "patching heads", heads_total * len(task.batches), "heads") as bar,
-    ):
+    total = sum(_units(lm, layer, component) for layer in chosen_layers) * len(task.batches)
+    unit = "heads" if component == "z" else "KV heads"
+    with torch.inference_mode(), stage(progress, f"patching {unit}", total, unit) as bar:
         for batch in task.batches:
             batch = batch.to(device)
             n_prompts, length = batch.clean.shape
             where = _positions(position, length)
-            runs = _runs(lm, batch)
+            runs = _runs(lm, batch, modules)
             clean_sum += float(runs.clean_ld.sum())
             corrupt_sum += float(runs.corrupt_ld.sum())
             for layer in chosen_layers:
-                n_heads = lm.layout.heads_per_layer[layer]
+                n_units = _units(lm, layer, component)
                 per_pass = max(1, max_rows // n_prompts)
-                for lo in range(0, n_heads, per_pass):
-                    chosen = list(range(lo, min(n_heads, lo + per_pass)))
-                    select = torch.zeros(len(chosen), n_heads, dtype=torch.bool)
-                    select[torch.arange(len(chosen)), chosen] = True
-                    swap = Swap(source=runs.corrupt_heads[layer], select=select, positions=where)
-                    ld = _patched_ld(lm, batch, layer, runs, {layer: [swap]}, len(chosen))
+                for lo in range(0, n_units, per_pass):
+                    chosen = list(range(lo, min(n_units, lo + per_pass)))
+                    patch = _unit_patch(lm, layer, component, chosen, runs, where)
+                    ld = _patched_ld(
+                        lm, batch, layer, runs.residuals.get(layer), patch, len(chosen)
+                    )
                     patched_sum[layer, chosen] += ld.sum(dim=1).cpu()
                     bar.advance(len(chosen))
     n = task.n_prompts
@@ -330,7 +440,7 @@ def activation_patching(
     patched = patched_sum / n
     missing = _empty(lm)
     for layer in chosen_layers:
-        missing[layer, : lm.layout.heads_per_layer[layer]] = 0.0
+        missing[layer, : _units(lm, layer, component)] = 0.0
     patched = patched + missing  # NaN where a layer has fewer heads, or was not patched
     return PatchingResult(
         model=lm.name,
@@ -343,6 +453,7 @@ def activation_patching(
         effects=_normalize(clean, corrupt, patched, task.name),
         patched=patched,
         seconds=time.perf_counter() - start,
+        component=component,
     )
 
 
@@ -350,19 +461,122 @@ def _patched_ld(
     lm: LoadedModel,
     batch: Batch,
     layer: int,
-    runs: _Runs,
-    swaps: dict[int, list[Swap]],
+    hidden: torch.Tensor | None,
+    patch: AbstractContextManager[Any],
     copies: int,
+    *,
+    must_feed: bool = False,
 ) -> torch.Tensor:
-    """``(N, B)`` logit differences of ``copies`` patched copies of ``batch``, starting the
-    forward at ``layer`` from the clean residual stream (every swap is at ``layer`` or above)."""
+    """``(N, B)`` logit differences of ``copies`` patched copies of ``batch``, the forward
+    starting at ``layer`` from ``hidden`` ``(B, T, E)`` or ``(N*B, T, E)`` (the residual stream
+    block ``layer`` reads; every patch is at ``layer`` or above)."""
     ids = batch.clean.repeat(copies, 1)  # (N*B, T)
-    hidden = runs.residuals.get(layer)
-    hidden = None if hidden is None else hidden.repeat(copies, 1, 1)  # (N*B, T, E)
-    with starting_at(lm, layer, hidden), HeadPatch(lm, swaps):
+    if hidden is not None and hidden.shape[0] != ids.shape[0]:
+        hidden = hidden.repeat(copies, 1, 1)  # (N*B, T, E)
+    with starting_at(lm, layer, hidden, must_feed=must_feed), patch:
         logits = last_logits(lm, ids)  # (N*B, V)
     ld = logit_difference(logits, batch.answer.repeat(copies), batch.distractor.repeat(copies))
     return ld.view(copies, -1)
+
+
+LAYER_PARTS = ("resid", "attn", "mlp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerTable:
+    """Each layer's effect when its whole input residual stream (``resid``, what the block
+    reads), its attention output (``attn``, every head at once) or its MLP output (``mlp``) is
+    taken from the corrupted run: TransformerLens' patching tables, normalized as per head.
+
+    Shape:
+        resid, attn, mlp: ``(L,)`` float64 (NaN: a block without a recognisable MLP).
+    """
+
+    resid: torch.Tensor
+    attn: torch.Tensor
+    mlp: torch.Tensor
+
+    def to_json(self) -> list[dict[str, Any]]:
+        rows = []
+        for layer in range(len(self.resid)):
+            row: dict[str, Any] = {"layer": layer}
+            for part in LAYER_PARTS:
+                value = float(getattr(self, part)[layer])
+                row[part] = None if value != value else value
+            rows.append(row)
+        return rows
+
+
+def layer_patching(
+    lm: LoadedModel, task: Task, *, position: int | None = None, progress: Progress | None = None
+) -> LayerTable:
+    """Patch each layer's residual stream, attention output and MLP output from the corrupted
+    run: one pass a layer over three copies of the prompts, from that layer upward."""
+    check_task(lm, task)
+    progress = progress or NO_PROGRESS
+    mlps = [block_mlp(lm, layer) for layer in range(lm.n_layers)]
+    recorded = [m for m in mlps if m is not None]
+    sums = torch.zeros(len(LAYER_PARTS), lm.n_layers, dtype=torch.float64)
+    clean_sum = corrupt_sum = 0.0
+    total = lm.n_layers * len(task.batches)
+    with torch.inference_mode(), stage(progress, "patching layers", total, "layers") as bar:
+        for batch in task.batches:
+            batch = batch.to(lm.device)
+            where = _positions(position, batch.clean.shape[1])
+            runs = _runs(lm, batch, recorded)
+            clean_sum += float(runs.clean_ld.sum())
+            corrupt_sum += float(runs.corrupt_ld.sum())
+            for layer in range(lm.n_layers):
+                clean_in = runs.residuals.get(layer)
+                corrupt_in = runs.corrupt_residuals.get(layer)
+                if clean_in is None or corrupt_in is None:
+                    raise InputError(f"{lm.name}: its blocks' residual stream cannot be read")
+                mixed = corrupt_in
+                if where is not None:
+                    mixed = torch.where(
+                        where.to(clean_in.device)[None, :, None], corrupt_in, clean_in
+                    )
+                hidden = torch.cat([mixed, clean_in, clean_in])  # (3*B, T, E)
+                n_heads = lm.layout.heads_per_layer[layer]
+                select = torch.zeros(3, n_heads, dtype=torch.bool)
+                select[1] = True
+                heads = HeadPatch(
+                    lm,
+                    {
+                        layer: [
+                            Swap(source=runs.corrupt_heads[layer], select=select, positions=where)
+                        ]
+                    },
+                )
+                mlp = mlps[layer]
+                patches: list[AbstractContextManager[Any]] = [heads]
+                if mlp is not None:
+                    source = runs.corrupt_outputs[mlp]
+                    columns = torch.zeros(3, source.shape[-1], dtype=torch.bool)
+                    columns[2] = True
+                    swap = ColumnSwap(source=source, columns=columns, positions=where)
+                    patches.append(OutputPatch({mlp: swap}))
+                try:
+                    ld = _patched_ld(lm, batch, layer, hidden, _all(patches), 3, must_feed=True)
+                except ValueError as exc:
+                    raise InputError(f"patching layers: {exc}") from None
+                sums[:, layer] += ld.sum(dim=1).cpu()
+                if mlp is None:
+                    sums[2, layer] = float("nan")
+                bar.advance(1)
+    n = task.n_prompts
+    clean, corrupt = clean_sum / n, corrupt_sum / n
+    effects = _normalize(clean, corrupt, sums / n, task.name)
+    return LayerTable(resid=effects[0], attn=effects[1], mlp=effects[2])
+
+
+@contextmanager
+def _all(managers: Sequence[AbstractContextManager[Any]]) -> Iterator[None]:
+    """Every manager entered for the block."""
+    with ExitStack() as stack:
+        for manager in managers:
+            stack.enter_context(manager)
+        yield
 
 
 @contextmanager
@@ -551,36 +765,55 @@ def run_patching(
     *,
     method: Method = "activation",
     position: int | None = None,
+    component: str = "z",
     steps: int = IG_STEPS,
     compare: bool = False,
+    layer_table: bool = False,
     layers: Sequence[int] | None = None,
     max_rows: int = MAX_ROWS,
     progress: Progress | None = None,
 ) -> PatchingResult:
     """Activation patching, or a gradient estimate with (when ``compare``) activation patching
-    run first, for the correlations and top heads of both."""
+    run first, for the correlations and top heads of both; ``layer_table``: also each layer's
+    residual stream, attention and MLP output (activation patching, in the result's
+    ``layers``)."""
+    import dataclasses
+
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if method == "activation":
+    if component != "z" and method != "activation":
+        raise InputError(f"component {component!r} is patched by activation patching only")
+
+    def activation() -> PatchingResult:
         return activation_patching(
-            lm, task, position=position, layers=layers, max_rows=max_rows, progress=progress
+            lm,
+            task,
+            position=position,
+            layers=layers,
+            component=component,
+            max_rows=max_rows,
+            progress=progress,
         )
-    reference = (
-        activation_patching(
-            lm, task, position=position, layers=layers, max_rows=max_rows, progress=progress
+
+    reference = activation() if method == "activation" or compare else None
+    if method == "activation":
+        result = reference
+    else:
+        result = attribution_patching(
+            lm,
+            task,
+            method=method,
+            steps=steps,
+            position=position,
+            compare=reference,
+            progress=progress,
         )
-        if compare
-        else None
-    )
-    return attribution_patching(
-        lm,
-        task,
-        method=method,
-        steps=steps,
-        position=position,
-        compare=reference,
-        progress=progress,
-    )
+    if result is None:  # pragma: no cover - activation always gives one
+        raise RuntimeError("no patching result")
+    if layer_table:
+        table = layer_patching(lm, task, position=position, progress=progress)
+        result = dataclasses.replace(result, layers=table)
+    return result
 
 
 def patch_heads(
@@ -590,8 +823,10 @@ def patch_heads(
     *,
     method: Method = "activation",
     position: str | int | None = "all",
+    component: str = "z",
     steps: int = IG_STEPS,
     compare: bool = False,
+    layer_table: bool = False,
     n: int = 24,
     seed: int = 0,
     layers: Sequence[int] | None = None,
@@ -610,7 +845,9 @@ def patch_heads(
             ``clean``, ``corrupt``, ``answer``, ``distractor``, or an encoded :class:`Task`.
         method: ``"activation"`` (exact), ``"attribution"`` or ``"ig"`` (gradient estimates).
         position: ``"all"`` (default), ``"last"``, or a token index.
+        component: ``"z"`` query heads' outputs, or ``"k"``/``"v"`` per KV head.
         compare: with a gradient method, also run activation patching and correlate.
+        layer_table: also patch each layer's residual stream, attention and MLP output.
 
     Example:
         >>> from transformers import AutoModelForCausalLM, AutoTokenizer  # doctest: +SKIP
@@ -627,8 +864,10 @@ def patch_heads(
         task,
         method=method,
         position=parse_position(position),
+        component=component,
         steps=steps,
         compare=compare,
+        layer_table=layer_table,
         layers=layers,
         max_rows=max_rows,
         progress=progress,

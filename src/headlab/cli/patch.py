@@ -73,6 +73,19 @@ def add_parser(sub: Any) -> None:
         default="all",
         help="patch every position (default) or the last token only",
     )
+    p.add_argument(
+        "--component",
+        choices=("z", "k", "v"),
+        default="z",
+        help="z: each query head's output (default); k or v: each KV head's keys or values "
+        "(under GQA one KV head feeds a group of query heads)",
+    )
+    p.add_argument(
+        "--no-layers",
+        action="store_true",
+        help="skip the per-layer table (residual stream, attention output, MLP output), "
+        "which activation patching of head outputs adds by default",
+    )
     p.add_argument("--top", type=integer(1, 10_000), default=10, help="heads listed (default 10)")
     p.add_argument("--figure", type=text("a PNG path"), help="write a layers x heads heatmap")
     p.add_argument("--csv-out", type=text("a CSV path"), help="write every head's effect as CSV")
@@ -102,6 +115,8 @@ def _check_paths(args: argparse.Namespace) -> None:
         raise InputError("--write writes a built-in task's prompts: give --task, not --prompts")
     if args.compare and args.method == "activation":
         raise InputError("--compare compares a gradient estimate: add --method attribution or ig")
+    if args.component != "z" and args.method != "activation":
+        raise InputError(f"--component {args.component} is patched by --method activation only")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,8 +153,12 @@ def run(args: argparse.Namespace) -> int:
             task,
             method=args.method,
             position=parse_position(args.position),
+            component=args.component,
             steps=args.steps,
             compare=args.compare,
+            layer_table=args.method == "activation"
+            and args.component == "z"
+            and not args.no_layers,
             progress=progress,
         )
     if args.figure:
@@ -189,3 +208,15 @@ def _print(result: Any, top: int) -> None:
     if reference is not None:
         best = ", ".join(f"{la}.{h} {v:+.2f}" for la, h, v in reference.top(min(top, 5)))
         out.print(f"activation patching's top: {best}")
+    if result.layers is not None:
+        rows = result.layers.to_json()
+        strongest = sorted(
+            rows, key=lambda r: -max(abs(r[k] or 0.0) for k in ("resid", "attn", "mlp"))
+        )[:5]
+        layers = Table(title="the 5 layers of largest effect, whole components patched")
+        for name in ("layer", "residual in", "attention out", "MLP out"):
+            layers.add_column(name, justify="right")
+        for r in sorted(strongest, key=lambda r: r["layer"]):
+            cells = [f"{r[k]:+.3f}" if r[k] is not None else "-" for k in ("resid", "attn", "mlp")]
+            layers.add_row(str(r["layer"]), *cells)
+        out.print(layers)

@@ -112,6 +112,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--cost", type=text("a file"), help="the JSON of headlab experiment cost --json")
     p.add_argument(
+        "--patch",
+        type=text("a file"),
+        help="the JSON of headlab patch --json: which heads carry a behaviour, as a heatmap",
+    )
+    p.add_argument(
         "--full",
         action="store_true",
         help="measure everything the ledger needs: roles, the pruning curve, experiment cost "
@@ -162,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(experiment.get("summary", []), list):
             raise InputError(f"{path}: expected the JSON of headlab experiment")
     cost = _read_json(args.cost, "cost result") if args.cost else None
+    patching = _read_json(args.patch, "patching result") if args.patch else None
+    if patching is not None:  # checked whole before any measurement
+        from headlab.causal.patching import PatchingResult
+
+        PatchingResult.from_json(patching, args.patch)
     if cost is not None and not isinstance(cost.get("rows"), list):
         raise InputError(f"{args.cost}: expected the JSON of headlab experiment cost --json")
     if args.out is None:  # the decoder's page goes beside the encoder's, so each can link the other
@@ -213,6 +223,9 @@ def run(args: argparse.Namespace) -> int:
             progress=Prefixed(progress, "stage 1/4, roles") if args.full else progress,
         )
         data_notes("headlab report", roles.data, folds_off, roles.replicates)
+        from headlab.cli.roles import _keep_for_explorer
+
+        _keep_for_explorer(roles.to_json(), "headlab report")  # headlab serve shows it
         if args.full:
             from headlab.report.full import measure_extras
 
@@ -233,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
             experiment=experiments[0] if experiments else None,
             experiments=experiments[1:],
             cost=cost,
+            patching=patching,
             overwrite=args.overwrite,
             progress=progress,
         )

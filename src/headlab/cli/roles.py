@@ -191,25 +191,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _keep_for_explorer(data: dict[str, Any]) -> None:
-    """Keep the run as the model's cached roles run, which ``headlab serve`` shows beside each
-    head (:mod:`headlab.explore.roles`), written atomically; a cache that cannot be written
-    costs one note, not the run."""
-    import json
+def _keep_for_explorer(data: dict[str, Any], prog: str = "headlab roles") -> None:
+    """Keep the run where ``headlab serve`` looks for it; a note when it cannot."""
+    from headlab.explore.roles import keep_roles
 
-    from headlab.explore.roles import cached_roles_path
-    from headlab.outputs import write_text_atomic
-
-    path = cached_roles_path(str(data["model"]))
-    try:
-        write_text_atomic(path, json.dumps(data) + "\n")
-    except OSError as exc:
-        print(
-            f"headlab roles: note: cannot keep this run for headlab serve at {path} "
-            f"({exc.strerror or exc})",
-            file=sys.stderr,
-            flush=True,
-        )
+    note = keep_roles(data)
+    if note:
+        print(f"{prog}: note: {note}", file=sys.stderr, flush=True)
 
 
 def _done(checkpoint: Any) -> None:

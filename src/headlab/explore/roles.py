@@ -34,6 +34,21 @@ def cached_roles_path(model: str) -> Path:
     return cache_root() / "roles" / f"{model.replace('/', '--')}.json"
 
 
+def keep_roles(data: dict[str, Any]) -> str | None:
+    """Keep a roles run (``RoleReport.to_json()``) as its model's cached run, the one
+    ``headlab serve`` shows beside each head, written atomically. Every command that measures
+    roles (``headlab roles``, ``headlab report``) keeps its run. Returns ``None``, or a note
+    saying why the cache could not be written (that costs the note, not the run)."""
+    from headlab.outputs import write_text_atomic
+
+    path = cached_roles_path(str(data["model"]))
+    try:
+        write_text_atomic(path, json.dumps(data) + "\n")
+    except OSError as exc:
+        return f"cannot keep this run for headlab serve at {path} ({exc.strerror or exc})"
+    return None
+
+
 def read_roles(path: str | Path) -> dict[str, Any]:
     """The JSON of ``headlab roles --json`` in ``path``, checked to be one.
 

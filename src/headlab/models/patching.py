@@ -200,14 +200,21 @@ def can_start_later(lm: LoadedModel) -> bool:
 
 
 @contextmanager
-def starting_at(lm: LoadedModel, layer: int, hidden: torch.Tensor | None) -> Iterator[None]:
-    """Within the block, the model's forward runs only blocks ``layer..L-1``, the first of them
-    reading ``hidden`` ``(N*B, T, E)`` instead of what the skipped blocks would have given it.
+def starting_at(
+    lm: LoadedModel, layer: int, hidden: torch.Tensor | None, *, must_feed: bool = False
+) -> Iterator[None]:
+    """Within the block, block ``layer`` reads ``hidden`` ``(N*B, T, E)`` instead of what the
+    blocks below would have given it, and (where :func:`can_start_later` says so) the model's
+    forward runs only blocks ``layer..L-1``.
 
-    The embedding still runs (it is cheap and gives the blocks their positions and masks); with
-    ``hidden=None``, or where :func:`can_start_later` says no, nothing is skipped."""
-    found = decoder_layers(lm) if hidden is not None and layer > 0 else None
-    if found is None or not can_start_later(lm):
+    The embedding still runs (it is cheap and gives the blocks their positions and masks).
+    With ``hidden=None``, or on a model without one list of blocks, nothing changes, unless
+    ``must_feed`` (``hidden`` differs from what the blocks below compute): then that raises
+    ``ValueError``."""
+    found = decoder_layers(lm) if hidden is not None else None
+    if found is None:
+        if must_feed:
+            raise ValueError(f"{lm.name}: its blocks' residual stream cannot be fed")
         yield
         return
     parent, name, blocks = found
@@ -218,9 +225,121 @@ def starting_at(lm: LoadedModel, layer: int, hidden: torch.Tensor | None) -> Ite
         return args, {**kwargs, "hidden_states": hidden}
 
     remove = blocks[layer].register_forward_pre_hook(feed, with_kwargs=True).remove
-    parent._modules[name] = nn.ModuleList(list(blocks)[layer:])
+    skip = layer > 0 and can_start_later(lm)
+    if skip:
+        parent._modules[name] = nn.ModuleList(list(blocks)[layer:])
     try:
         yield
     finally:
-        parent._modules[name] = blocks
+        if skip:
+            parent._modules[name] = blocks
         remove()
+
+
+class OutputRecord:
+    """Context manager keeping plain copies of some modules' outputs ``(B, T, C)`` in one
+    forward pass (``outputs[module]``); a module that returns a tuple is read at its first
+    element."""
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        self.modules = list(modules)
+        self.outputs: dict[nn.Module, torch.Tensor] = {}
+        self._removers: list[Callable[[], None]] = []
+
+    def __enter__(self) -> OutputRecord:
+        for module in self.modules:
+
+            def hook(mod: nn.Module, args: Any, out: Any) -> None:
+                first = out[0] if isinstance(out, tuple) else out
+                self.outputs[mod] = first.detach().clone()
+
+            self._removers.append(module.register_forward_hook(hook).remove)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._removers:
+            self._removers.pop()()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColumnSwap:
+    """Columns of one module's output that come from ``source`` in chosen copies.
+
+    Shape:
+        source: ``(B, T, C)`` the module's output in the run to take them from.
+        columns: bool ``(N, C)``: copy ``n`` takes column ``c`` from ``source``.
+        positions: bool ``(T,)`` where the swap applies (``None``: everywhere).
+    """
+
+    source: torch.Tensor
+    columns: torch.Tensor
+    positions: torch.Tensor | None = None
+
+
+class OutputPatch:
+    """Context manager: in a forward pass over ``N x B`` rows (copy-major), replace columns of
+    modules' outputs as ``swaps`` say (a key or value projection's KV head, an MLP's output)."""
+
+    def __init__(self, swaps: Mapping[nn.Module, ColumnSwap]) -> None:
+        self.swaps = dict(swaps)
+        self._removers: list[Callable[[], None]] = []
+
+    def __enter__(self) -> OutputPatch:
+        for module, swap in self.swaps.items():
+
+            def hook(mod: nn.Module, args: Any, out: Any, swap: ColumnSwap = swap) -> Any:
+                first = out[0] if isinstance(out, tuple) else out  # (N*B, T, C)
+                n_copies, batch = swap.columns.shape[0], swap.source.shape[0]
+                rows = first.view(n_copies, batch, *first.shape[1:])  # (N, B, T, C)
+                where = swap.columns.to(first.device)[:, None, None, :]  # (N, 1, 1, C)
+                if swap.positions is not None:
+                    where = where & swap.positions.to(first.device)[None, None, :, None]
+                source = swap.source.to(device=first.device, dtype=first.dtype)[None]
+                patched = torch.where(where, source, rows).view(first.shape)
+                return (patched, *out[1:]) if isinstance(out, tuple) else patched
+
+            self._removers.append(module.register_forward_hook(hook).remove)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._removers:
+            self._removers.pop()()
+
+
+def kv_columns(lm: LoadedModel, layer: int, component: str) -> tuple[nn.Module, list[slice]]:
+    """The module that projects ``layer``'s keys (``component="k"``) or values (``"v"``) and,
+    for each KV head, the slice of that module's output columns it owns.
+
+    Raises:
+        ValueError: the layer's projections could not be told apart, or an unknown component.
+    """
+    if component not in ("k", "v"):
+        raise ValueError(f"component must be 'k' or 'v', got {component!r}")
+    qkv = lm.layers[layer].qkv
+    if qkv is None:
+        raise ValueError(f"{lm.name} layer {layer}: its key and value projections are not known")
+    n_heads = lm.layout.heads_per_layer[layer]
+    n_kv = lm.layout.kv_heads_per_layer[layer]
+    d = lm.head_dim
+    if qkv.layout == "separate":
+        module = qkv.k if component == "k" else qkv.v
+        return module, [slice(g * d, (g + 1) * d) for g in range(n_kv)]
+    if qkv.layout == "fused":  # [q heads | k heads | v heads]
+        start = (n_heads if component == "k" else n_heads + n_kv) * d
+        return qkv.k, [slice(start + g * d, start + (g + 1) * d) for g in range(n_kv)]
+    part = 1 if component == "k" else 2  # interleaved: [q k v] of head 0, then head 1...
+    return qkv.k, [slice((3 * g + part) * d, (3 * g + part + 1) * d) for g in range(n_kv)]
+
+
+def block_mlp(lm: LoadedModel, layer: int) -> nn.Module | None:
+    """The feed-forward module of decoder block ``layer`` (``mlp``, ``feed_forward`` or
+    ``ffn``), or ``None`` when the block has none of these."""
+    found = decoder_layers(lm)
+    if found is None:
+        return None
+    block = found[2][layer]
+    for name in ("mlp", "feed_forward", "ffn"):
+        module = getattr(block, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    return None

@@ -44,6 +44,7 @@ def write_report(
     experiment: dict[str, Any] | None = None,
     experiments: Sequence[dict[str, Any]] = (),
     cost: dict[str, Any] | None = None,
+    patching: dict[str, Any] | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> Path:
@@ -74,7 +75,7 @@ def write_report(
     )
     showcase = _showcase(roles)
     # the role grid, heatmaps, pruning and cost figures, index.html
-    n_files = 2 + len(showcase) + bool(pruning) + bool(cost)
+    n_files = 2 + len(showcase) + bool(pruning) + bool(cost) + bool(patching)
     with (
         atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp,
         stage(progress, "figures and page", n_files, "files") as report,
@@ -116,6 +117,9 @@ def write_report(
                 )
             )
             report.advance()
+        if patching:
+            made.append(_patching_figure(patching, fig_dir / "patching.png"))
+            report.advance()
         rel = [(f"figures/{path.name}", caption) for path, caption in made]
         (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
         report.advance()
@@ -138,3 +142,20 @@ def _showcase(roles: RoleReport) -> list[tuple[int, int, str]]:
         if h.role not in best or h.margin > best[h.role][0]:
             best[h.role] = (h.margin, h.layer, h.head, label)
     return [(layer, head, label) for _, layer, head, label in best.values()]
+
+
+def _patching_figure(patching: dict[str, Any], path: Path) -> tuple[Path, str]:
+    """The heatmap of a ``headlab patch --json`` result and its caption: which heads carry
+    the behaviour, the strongest by name with their signed effects."""
+    from headlab.causal.figure import write_heatmap
+    from headlab.causal.patching import PatchingResult
+
+    result = PatchingResult.from_json(patching)
+    top = ", ".join(f"{layer}.{head} ({value:+.2f})" for layer, head, value in result.top(6))
+    caption = (
+        f"Which heads carry {result.task}: {result.method} patching of {result.model} over "
+        f"{result.n_prompts} prompts (logit difference {result.clean:.2f} clean, "
+        f"{result.corrupt:.2f} corrupt). Effect: the share of the logit difference a head's "
+        f"corrupted output removes (red carries it, blue works against it). Strongest: {top}"
+    )
+    return write_heatmap(result, path), caption

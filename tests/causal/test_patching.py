@@ -498,3 +498,26 @@ def test_layer_table_matches_hooks_on_blocks_attention_and_mlp(tiny, position):
         assert got.attn.shape == (tiny.n_layers,) and not got.attn.isnan().any()
     rows = got.to_json()
     assert [r["layer"] for r in rows] == list(range(tiny.n_layers))
+
+
+def test_the_last_position_runs_the_last_token_alone(tiny, monkeypatch):
+    """Patching the last token leaves every earlier position as in the clean run, so only the
+    last token runs the layers above the patch (over the clean keys and values); the result
+    is the full run's."""
+    import headlab.causal.patching as patching
+
+    task, _ = _random_task(tiny, 3, 9, seed=11)
+    full = {}
+    monkeypatch.setattr(patching, "_prefix_cache", lambda lm, batch: None)
+    full["z"] = activation_patching(tiny, task, position=-1).effects
+    full["k"] = activation_patching(tiny, task, position=-1, component="k").effects
+    monkeypatch.undo()
+    calls = []
+    real = patching._last_token_ld
+    monkeypatch.setattr(
+        patching, "_last_token_ld", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    for component in ("z", "k"):
+        fast = activation_patching(tiny, task, position=-1, component=component).effects
+        torch.testing.assert_close(fast, full[component], atol=1e-10, rtol=1e-10, equal_nan=True)
+    assert len(calls) >= 2 * tiny.n_layers

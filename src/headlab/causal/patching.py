@@ -28,6 +28,7 @@ head width, ``V`` vocabulary.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -354,17 +355,28 @@ def _units(lm: LoadedModel, layer: int, component: str) -> int:
 
 
 def _unit_patch(
-    lm: LoadedModel, layer: int, component: str, chosen: list[int], runs: _Runs, where: Any
+    lm: LoadedModel,
+    layer: int,
+    component: str,
+    chosen: list[int],
+    runs: _Runs,
+    where: Any,
+    *,
+    last_only: bool = False,
 ) -> AbstractContextManager[Any]:
-    """The hooks that patch units ``chosen`` of ``layer``, one a copy."""
+    """The hooks that patch units ``chosen`` of ``layer``, one a copy (``last_only``: in a
+    pass over the last token alone, from the corrupted run's last position)."""
     if component == "z":
         n_heads = lm.layout.heads_per_layer[layer]
         select = torch.zeros(len(chosen), n_heads, dtype=torch.bool)
         select[torch.arange(len(chosen)), chosen] = True
-        swap = Swap(source=runs.corrupt_heads[layer], select=select, positions=where)
+        heads = runs.corrupt_heads[layer]
+        swap = Swap(source=heads[:, -1:] if last_only else heads, select=select, positions=where)
         return HeadPatch(lm, {layer: [swap]})
     module, columns = kv_columns(lm, layer, component)
     source = runs.corrupt_outputs[module]
+    if last_only:
+        source = source[:, -1:]
     mask = torch.zeros(len(chosen), source.shape[-1], dtype=torch.bool)
     for copy, unit in enumerate(chosen):
         mask[copy, columns[unit]] = True
@@ -424,15 +436,23 @@ def activation_patching(
             runs = _runs(lm, batch, modules)
             clean_sum += float(runs.clean_ld.sum())
             corrupt_sum += float(runs.corrupt_ld.sum())
+            # patching the last token alone leaves every earlier position as in the clean run:
+            # run the last token only, over the clean run's keys and values of the others
+            prefix = _prefix_cache(lm, batch) if position in (-1, length - 1) else None
             for layer in chosen_layers:
                 n_units = _units(lm, layer, component)
                 per_pass = max(1, max_rows // n_prompts)
                 for lo in range(0, n_units, per_pass):
                     chosen = list(range(lo, min(n_units, lo + per_pass)))
-                    patch = _unit_patch(lm, layer, component, chosen, runs, where)
-                    ld = _patched_ld(
-                        lm, batch, layer, runs.residuals.get(layer), patch, len(chosen)
-                    )
+                    if prefix is not None:
+                        patch = _unit_patch(
+                            lm, layer, component, chosen, runs, None, last_only=True
+                        )
+                        ld = _last_token_ld(lm, batch, layer, runs, prefix, patch, len(chosen))
+                    else:
+                        patch = _unit_patch(lm, layer, component, chosen, runs, where)
+                        hidden = runs.residuals.get(layer)
+                        ld = _patched_ld(lm, batch, layer, hidden, patch, len(chosen))
                     patched_sum[layer, chosen] += ld.sum(dim=1).cpu()
                     bar.advance(len(chosen))
     n = task.n_prompts
@@ -475,6 +495,63 @@ def _patched_ld(
         hidden = hidden.repeat(copies, 1, 1)  # (N*B, T, E)
     with starting_at(lm, layer, hidden, must_feed=must_feed), patch:
         logits = last_logits(lm, ids)  # (N*B, V)
+    ld = logit_difference(logits, batch.answer.repeat(copies), batch.distractor.repeat(copies))
+    return ld.view(copies, -1)
+
+
+def _cache_argument(lm: LoadedModel) -> str | None:
+    """The name under which the model's forward takes a KV cache (``cache`` in transformers
+    5.25, ``past_key_values`` before), or ``None``."""
+    parameters = inspect.signature(lm.model.forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+
+
+def _prefix_cache(lm: LoadedModel, batch: Batch) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Every layer's keys and values ``(B, Hkv, T-1, D)`` of the clean prompts but their last
+    token, or ``None`` where the model cannot start later or keeps no plain per-layer cache
+    (then the patched passes run every position)."""
+    from transformers import DynamicCache
+
+    from headlab.models.patching import can_start_later
+
+    name = _cache_argument(lm)
+    if name is None or batch.clean.shape[1] < 2 or not can_start_later(lm):
+        return None
+    cache: Any = DynamicCache()
+    try:
+        lm.model(input_ids=batch.clean[:, :-1], use_cache=True, **{name: cache}, logits_to_keep=1)
+        layers = [(getattr(c, "keys", None), getattr(c, "values", None)) for c in cache.layers]
+    except (AttributeError, TypeError, ValueError):
+        return None
+    out = [(k, v) for k, v in layers if isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)]
+    if len(out) != lm.n_layers or any(k.dim() != 4 for k, _ in out):
+        return None
+    return out
+
+
+def _last_token_ld(
+    lm: LoadedModel,
+    batch: Batch,
+    layer: int,
+    runs: _Runs,
+    prefix: list[tuple[torch.Tensor, torch.Tensor]],
+    patch: AbstractContextManager[Any],
+    copies: int,
+) -> torch.Tensor:
+    """``(N, B)`` logit differences of ``copies`` copies patched at the last token only: the
+    last token alone runs blocks ``layer..L-1``, reading every earlier position's keys and
+    values from the clean run (which a patch at the last token does not change)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(
+        ddp_cache_data=[(k.repeat(copies, 1, 1, 1), v.repeat(copies, 1, 1, 1)) for k, v in prefix]
+    )
+    ids = batch.clean[:, -1:].repeat(copies, 1)  # (N*B, 1)
+    hidden = runs.residuals[layer][:, -1:].repeat(copies, 1, 1)  # (N*B, 1, E)
+    name = _cache_argument(lm) or "cache"
+    with starting_at(lm, layer, hidden, must_feed=True), patch:
+        out = lm.model(input_ids=ids, use_cache=True, **{name: cache}, logits_to_keep=1)
+    logits = out.logits[:, -1]  # (N*B, V)
     ld = logit_difference(logits, batch.answer.repeat(copies), batch.distractor.repeat(copies))
     return ld.view(copies, -1)
 

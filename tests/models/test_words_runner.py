@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.conftest import needs_smollm2
 from tests.models.tiny import build
 
 from headlab.errors import (
@@ -233,3 +234,66 @@ def test_captured_heads_out_of_range_are_a_clear_error(tiny_bert) -> None:
     with pytest.raises(InputError, match="out of range"):
         cap.contributions(1, heads=[-1])
     assert cap.pattern(1, heads=[n - 1]).shape[1] == 1
+
+
+HOSTILE = [
+    "Don't stop... ever.",
+    'He said "stop."',
+    "It costs $5.00!!",
+    "(see above).",
+    "Go to https://example.com/a?b=1 now.",
+    "=(",
+]
+
+
+def _check_covers(a, text: str) -> None:  # type: ignore[no-untyped-def]
+    """Every character of the text but spaces is in exactly one word, words in text order,
+    each word's span reading as the word."""
+    plain = [i for i, s in enumerate(a.is_special) if not s]
+    assert "".join(a.words[i] for i in plain) == "".join(text.split())
+    for i in plain:
+        start, end = a.word_spans[i]
+        assert text[start:end] == a.words[i]
+    assert a.token_to_word == tuple(sorted(a.token_to_word))
+
+
+def test_tokens_across_punctuation_merge_into_one_word() -> None:
+    """A byte-level BPE token that spans several punctuation marks, or a mark and a word
+    ('."', '...', '.com'), makes them one word; the text is never refused."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(HOSTILE * 20 + ['example.com!! wait... "yes." =('] * 20, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe)
+    merged = 0
+    for text in HOSTILE:
+        a = align(tokenizer, text=text)
+        _check_covers(a, text)
+        merged += sum(len(w) > 1 and not any(c.isalnum() for c in w) for w in a.words)
+    assert merged >= 3  # "...", '."', "!!" and the like really were single tokens here
+
+
+def test_minilm_splits_punctuation_as_before(tiny_bert) -> None:
+    lm = tiny_bert
+    for text in HOSTILE:
+        a = align(lm.tokenizer, text=text)
+        _check_covers(a, text)
+        assert all(len(w) == 1 for w in a.words if not any(c.isalnum() for c in w))
+
+
+@needs_smollm2
+def test_smollm2_takes_ordinary_english(capsys: pytest.CaptureFixture[str]) -> None:
+    from headlab.cli import main
+
+    for text in HOSTILE:
+        assert main(["heads", text, "--model", "smollm2", "--json"]) == 0, text
+        out = json.loads(capsys.readouterr().out)
+        assert out["heads"] and all(h["top"] for h in out["heads"])
+    assert main(["heads", HOSTILE[0], "--model", "smollm2", "--word", "...", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["word"] == "..."

@@ -36,18 +36,19 @@ def default_word(text: str, alignment: Alignment, *, last: bool = False) -> str:
     model), the last word that is not punctuation: where the model predicts what comes next, and
     the one word that sees the whole sentence (``word#N`` when it occurs earlier too).
 
+    A sentence of punctuation alone ("=(") is about its marks, by the same rules.
+
     Raises:
-        InputError: the sentence has only punctuation and special tokens.
+        InputError: the sentence has only special tokens.
     """
     from headlab.roles.geometry import is_punctuation
 
     if text == LESSON_SENTENCE:
         return LESSON_WORD
-    words = [
-        w
-        for w, special in zip(alignment.words, alignment.is_special, strict=True)
-        if not special and not is_punctuation(w)
+    plain = [
+        w for w, special in zip(alignment.words, alignment.is_special, strict=True) if not special
     ]
+    words = [w for w in plain if not is_punctuation(w)] or plain  # "=(": its marks, then
     if not words:
         raise InputError(f"the sentence has no word to attend from: {text!r}")
     if last:

@@ -4,6 +4,9 @@ Attention *to* a word is the sum of the attention to its tokens; attention *from
 mean over its tokens (Clark et al. 2019, section 2). Special tokens ([CLS], [SEP], <s>...) stay
 words of their own. Words come from raw text (split on whitespace and punctuation) or are given
 (treebank tokens); tokens are matched to words by character offsets, so any fast tokenizer works.
+In raw text, where one token spans several of those pieces (a byte-level BPE token "..." or
+'."', a URL's ".com"), the pieces it spans become one word, named by its text; given words
+are kept as given (a token across two of them is an error).
 """
 
 from __future__ import annotations
@@ -143,36 +146,61 @@ def align(
             "(shorten it: headlab does not truncate silently)"
         )
     starts = [s for _, s, _ in pieces]
-    out_words: list[str] = []
-    special: list[bool] = []
-    spans: list[tuple[int, int]] = []
-    token_to_word: list[int] = []
-    word_of_piece: dict[int, int] = {}
+    # each plain token's first and last piece (a piece: a word or a punctuation mark)
+    spans_of: dict[int, tuple[int, int]] = {}
     for tok, ((a, b), is_sp) in enumerate(
         zip(enc["offset_mapping"], enc["special_tokens_mask"], strict=True)
     ):
         if is_sp or a == b:
+            continue
+        while a < len(text) and text[a].isspace():  # byte-level BPE offsets include the
+            a += 1  # space; a token of spaces alone goes with the word after it
+        first = bisect.bisect_right(starts, a) - 1  # starts are increasing
+        last = bisect.bisect_right(starts, max(a, b - 1)) - 1
+        if first < 0 or a >= pieces[first][2] or b > pieces[last][2]:
+            raise AlignmentError(
+                f"token {tokenizer.convert_ids_to_tokens(ids[tok])!r} at characters {a}-{b} "
+                "does not fall inside the text's words"
+            )
+        if last != first and words is not None:  # given words are kept as given
+            raise AlignmentError(
+                f"token {tokenizer.convert_ids_to_tokens(ids[tok])!r} at characters {a}-{b} "
+                "does not fall inside one word"
+            )
+        spans_of[tok] = (first, last)
+    # raw text: pieces one token spans become one word ("..." for a BPE token of three dots,
+    # "x.com" where ".com" is one token), starting where the first of them starts
+    group = list(range(len(pieces)))
+    for first, last in spans_of.values():
+        for j in range(first + 1, last + 1):
+            group[j] = group[first]
+    for j in range(len(group)):  # point every piece at its group's first piece
+        group[j] = group[group[j]]
+    ends: dict[int, int] = {}
+    for j, g in enumerate(group):
+        ends[g] = max(ends.get(g, 0), pieces[j][2])
+    out_words: list[str] = []
+    special: list[bool] = []
+    spans: list[tuple[int, int]] = []
+    token_to_word: list[int] = []
+    word_of_group: dict[int, int] = {}
+    for tok in range(len(ids)):
+        if tok not in spans_of:
             out_words.append(tokenizer.convert_ids_to_tokens(ids[tok]))
             special.append(True)
             spans.append((-1, -1))
             token_to_word.append(len(out_words) - 1)
             continue
-        while a < len(text) and text[a].isspace():  # byte-level BPE offsets include the space
-            a += 1
-        # the piece containing this token's first character
-        j = bisect.bisect_right(starts, a) - 1  # starts are increasing
-        if j < 0 or a >= pieces[j][2] or b > pieces[j][2]:
-            raise AlignmentError(
-                f"token {tokenizer.convert_ids_to_tokens(ids[tok])!r} at characters {a}-{b} does not fall inside one word"
-            )
-        if j not in word_of_piece:
-            out_words.append(pieces[j][0])
+        g = group[spans_of[tok][0]]
+        if g not in word_of_group:
+            start, end = pieces[g][1], ends[g]
+            out_words.append(text[start:end])
             special.append(False)
-            spans.append((pieces[j][1], pieces[j][2]))
-            word_of_piece[j] = len(out_words) - 1
-        token_to_word.append(word_of_piece[j])
-    if len(word_of_piece) != len(pieces):
-        lost = [pieces[j][0] for j in range(len(pieces)) if j not in word_of_piece]
+            spans.append((start, end))
+            word_of_group[g] = len(out_words) - 1
+        token_to_word.append(word_of_group[g])
+    if len(word_of_group) != len(set(group)):
+        lost = [pieces[g][0] for g in sorted(set(group)) if g not in word_of_group]
         raise AlignmentError(f"the tokenizer produced no token for the words {lost}")
     return Alignment(
         words=tuple(out_words),

@@ -14,7 +14,7 @@ from headlab.errors import InputError
 
 #: the library's defaults, as numbers here so that --help needs no torch import
 TASKS = ("ioi", "induction")
-METHODS = ("activation", "attribution", "ig")
+METHODS = ("activation", "attribution", "ig", "dla")
 DEFAULT_MODEL = "smollm2"
 
 
@@ -56,7 +56,9 @@ def add_parser(sub: Any) -> None:
         choices=METHODS,
         default="activation",
         help="activation (exact), attribution (gradient x difference, one backward pass; "
-        "Nanda 2023) or ig (integrated gradients, EAP-IG; Hanna et al. 2024)",
+        "Nanda 2023), ig (integrated gradients, EAP-IG; Hanna et al. 2024), or dla (direct "
+        "logit attribution: what each head writes to the answer directly, through the final "
+        "norm frozen at the clean run)",
     )
     p.add_argument(
         "--steps", type=integer(1, 1000), default=5, help="ig: points on the path (default 5)"
@@ -115,6 +117,8 @@ def _check_paths(args: argparse.Namespace) -> None:
         raise InputError("--write writes a built-in task's prompts: give --task, not --prompts")
     if args.compare and args.method == "activation":
         raise InputError("--compare compares a gradient estimate: add --method attribution or ig")
+    if args.method == "dla" and (args.figure or args.csv_out or args.csv or args.compare):
+        raise InputError("--method dla gives a table or --json; no --figure, CSV or --compare")
     if args.component != "z" and args.method != "activation":
         raise InputError(f"--component {args.component} is patched by --method activation only")
 
@@ -146,6 +150,16 @@ def run(args: argparse.Namespace) -> int:
 
         write_prompts(task.prompts, args.write)
         print(f"wrote {len(task.prompts)} prompts to {args.write}", file=sys.stderr)
+        return 0
+    if args.method == "dla":
+        from headlab.causal.dla import direct_logit_attribution
+
+        with progress_for(args, "headlab patch") as progress:
+            dla = direct_logit_attribution(lm, task, progress=progress)
+        if args.json:
+            emit_json(dla.to_json())
+        else:
+            _print_dla(dla, args.top)
         return 0
     with progress_for(args, "headlab patch") as progress:
         result = run_patching(
@@ -220,3 +234,22 @@ def _print(result: Any, top: int) -> None:
             cells = [f"{r[k]:+.3f}" if r[k] is not None else "-" for k in ("resid", "attn", "mlp")]
             layers.add_row(str(r["layer"]), *cells)
         out.print(layers)
+
+
+def _print_dla(result: Any, top: int) -> None:
+    from rich.table import Table
+
+    out = console()
+    out.print(
+        f"direct logit attribution of {result.model} on {result.task} ({result.n_prompts} "
+        f"prompts, final norm {result.norm} frozen at the clean run): logit difference "
+        f"{result.clean:.3f} = heads {result.to_json()['heads_total']:.3f} + the rest "
+        f"{result.rest:.3f}"
+    )
+    table = Table(title=f"top {top} heads by |direct effect| on the logit difference")
+    table.add_column("layer.head")
+    table.add_column("dla", justify="right")
+    table.add_column("")
+    for layer, head, value in result.top(top):
+        table.add_row(f"{layer}.{head}", f"{value:+.3f}", "negative" if value < 0 else "")
+    out.print(table)

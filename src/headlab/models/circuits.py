@@ -96,7 +96,7 @@ def _value_rows(lm: LoadedModel, layer: int) -> torch.Tensor | None:
     return rows.reshape(n_kv, d, -1)
 
 
-def _out_columns(lm: LoadedModel, layer: int) -> torch.Tensor:
+def out_columns(lm: LoadedModel, layer: int) -> torch.Tensor:
     """``(H, E, D)``: each query head's columns of ``layer``'s output projection."""
     n_heads, _, d = lm.adapter.head_counts[layer]
     weight = _weight_out_in(lm.layers[layer].out_proj)  # (E, H*D)
@@ -215,7 +215,7 @@ def ov_weights(lm: LoadedModel) -> OVWeights | None:
         return None
     gains, final = _gains(lm, embed.shape[1])
     layers = [
-        LayerOV(value=v, out=_out_columns(lm, layer), input_norm=gains[layer])
+        LayerOV(value=v, out=out_columns(lm, layer), input_norm=gains[layer])
         for layer, v in enumerate(values)
         if v is not None
     ]

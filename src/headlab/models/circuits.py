@@ -220,3 +220,67 @@ def ov_weights(lm: LoadedModel) -> OVWeights | None:
         if v is not None
     ]
     return OVWeights(embed=embed, unembed=unembed, final_norm=final, layers=layers)
+
+
+# ---------------------------------------------------------------------- all of a layer's weights
+@dataclass(frozen=True, kw_only=True)
+class LayerWeights:
+    """One layer's query, key, value and output weights, for circuits that read both the QK and
+    the OV side (:mod:`headlab.causal.composition`). Attention scores are
+    ``(query[h] x_t) . (key[h // G] x_s)`` before rotary and scaling; a head writes
+    ``out[h] @ value[h // G] @ x``.
+
+    Shape:
+        query: ``(H, D, E)``; key, value: ``(Hkv, D, E)``; out: ``(H, E, D)``;
+        input_norm: ``(E,)`` the gain of the norm the projections read, or ``None``.
+    """
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    out: torch.Tensor
+    input_norm: torch.Tensor | None
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head (``G = H // Hkv``): head ``h`` reads KV head ``h // G``."""
+        return self.query.shape[0] // self.key.shape[0]
+
+
+def _projection_rows(lm: LoadedModel, layer: int, part: int) -> torch.Tensor | None:
+    """``(heads, D, E)``: the query (``part`` 0, ``H`` heads), key (1) or value (2, ``Hkv``
+    heads each) projection of ``layer``, read from any of the three layouts, or ``None``."""
+    qkv = lm.layers[layer].qkv
+    if qkv is None:
+        return None
+    n_heads, n_kv, d = lm.adapter.head_counts[layer]
+    weight = _weight_out_in((qkv.q, qkv.k, qkv.v)[part])  # (rows, E)
+    count = n_heads if part == 0 else n_kv
+    if qkv.layout == "separate":
+        rows = weight
+    elif qkv.layout == "fused":  # [q heads | k heads | v heads]
+        start = (0, n_heads, n_heads + n_kv)[part] * d
+        rows = weight[start : start + count * d]
+    else:  # interleaved [q k v] per head (then Hkv == H)
+        rows = weight.view(n_heads, 3, d, -1)[:, part].reshape(n_heads * d, -1)
+    return rows.reshape(count, d, -1)
+
+
+def layer_weights(lm: LoadedModel) -> list[LayerWeights] | None:
+    """Every layer's query, key, value and output weights with its input-norm gain, or
+    ``None`` when some layer's projections cannot be told apart. Needs no embedding.
+
+    The gain is that of the norm the *value* projection reads (as in :func:`ov_weights`):
+    queries, keys and values read one normalised residual in every architecture headlab opens
+    (the very same tensor when the projections are fused)."""
+    n_layers = len(lm.layers)
+    parts = [[_projection_rows(lm, layer, part) for part in range(3)] for layer in range(n_layers)]
+    if not parts or any(p is None for rows in parts for p in rows):
+        return None
+    outs = [out_columns(lm, layer) for layer in range(n_layers)]  # (H, E, D) each
+    gains, _ = _gains(lm, outs[0].shape[1])
+    return [
+        LayerWeights(query=q, key=k, value=v, out=outs[layer], input_norm=gains[layer])
+        for layer, (q, k, v) in enumerate(parts)
+        if q is not None and k is not None and v is not None
+    ]

@@ -88,6 +88,18 @@ def add_parser(sub: Any) -> None:
         help="skip the per-layer table (residual stream, attention output, MLP output), "
         "which activation patching of head outputs adds by default",
     )
+    p.add_argument(
+        "--path",
+        metavar="L.H",
+        help="path patching from this sender head (default with --to: every head below it)",
+    )
+    p.add_argument(
+        "--to",
+        metavar="RECEIVER",
+        help="path patching to q:L.H, k:L.H or v:L.H (a query head's queries, a KV head's keys "
+        "or values) or logits: the share of the behaviour each sender's path there carries, "
+        "every other head frozen at the clean run (Wang et al. 2022)",
+    )
     p.add_argument("--top", type=integer(1, 10_000), default=10, help="heads listed (default 10)")
     p.add_argument("--figure", type=text("a PNG path"), help="write a layers x heads heatmap")
     p.add_argument("--csv-out", type=text("a CSV path"), help="write every head's effect as CSV")
@@ -117,6 +129,16 @@ def _check_paths(args: argparse.Namespace) -> None:
         raise InputError("--write writes a built-in task's prompts: give --task, not --prompts")
     if args.compare and args.method == "activation":
         raise InputError("--compare compares a gradient estimate: add --method attribution or ig")
+    if args.path is not None and args.to is None:
+        raise InputError("--path names a sender: add --to q|k|v:L.H or --to logits")
+    if args.to is not None:
+        from headlab.causal.paths import parse_head, parse_receiver
+
+        parse_receiver(args.to)
+        if args.path is not None:
+            parse_head(args.path)
+        if args.method != "activation" or args.component != "z" or args.compare:
+            raise InputError("--to is path patching: no --method, --component or --compare")
     if args.method == "dla" and (args.figure or args.csv_out or args.csv or args.compare):
         raise InputError("--method dla gives a table or --json; no --figure, CSV or --compare")
     if args.component != "z" and args.method != "activation":
@@ -151,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         write_prompts(task.prompts, args.write)
         print(f"wrote {len(task.prompts)} prompts to {args.write}", file=sys.stderr)
         return 0
+    if args.to is not None:
+        return _run_path(args, lm, task)
     if args.method == "dla":
         from headlab.causal.dla import direct_logit_attribution
 
@@ -253,3 +277,38 @@ def _print_dla(result: Any, top: int) -> None:
     for layer, head, value in result.top(top):
         table.add_row(f"{layer}.{head}", f"{value:+.3f}", "negative" if value < 0 else "")
     out.print(table)
+
+
+def _run_path(args: argparse.Namespace, lm: Any, task: Any) -> int:
+    from headlab.causal.patching import parse_position
+    from headlab.causal.paths import parse_head, parse_receiver, path_patching
+
+    receiver = parse_receiver(args.to)
+    senders = None if args.path is None else [parse_head(args.path)]
+    with progress_for(args, "headlab patch") as progress:
+        result = path_patching(
+            lm,
+            task,
+            receiver,
+            senders=senders,
+            position=parse_position(args.position),
+            progress=progress,
+        )
+    if args.json:
+        emit_json(result.to_json())
+        return 0
+    from rich.table import Table
+
+    out = console()
+    out.print(
+        f"path patching of {result.model} on {result.task} to {result.receiver} "
+        f"({result.n_prompts} prompts): logit difference {result.clean:.3f} clean, "
+        f"{result.corrupt:.3f} corrupt, in {result.seconds:.1f} s"
+    )
+    table = Table(title=f"top {args.top} senders by |effect| of their path to {result.receiver}")
+    table.add_column("sender")
+    table.add_column("effect", justify="right")
+    for layer, head, value in result.top(args.top):
+        table.add_row(f"{layer}.{head}", f"{value:+.3f}")
+    out.print(table)
+    return 0

@@ -274,6 +274,8 @@ class ColumnSwap:
     source: torch.Tensor
     columns: torch.Tensor
     positions: torch.Tensor | None = None
+    #: ``source`` is ``(N*B, T, C)``: each copy its own (copy-major), not one for all
+    per_copy: bool = False
 
 
 class OutputPatch:
@@ -289,12 +291,13 @@ class OutputPatch:
 
             def hook(mod: nn.Module, args: Any, out: Any, swap: ColumnSwap = swap) -> Any:
                 first = out[0] if isinstance(out, tuple) else out  # (N*B, T, C)
-                n_copies, batch = swap.columns.shape[0], swap.source.shape[0]
-                rows = first.view(n_copies, batch, *first.shape[1:])  # (N, B, T, C)
+                n_copies = swap.columns.shape[0]
+                rows = first.view(n_copies, -1, *first.shape[1:])  # (N, B, T, C)
                 where = swap.columns.to(first.device)[:, None, None, :]  # (N, 1, 1, C)
                 if swap.positions is not None:
                     where = where & swap.positions.to(first.device)[None, None, :, None]
-                source = swap.source.to(device=first.device, dtype=first.dtype)[None]
+                source = swap.source.to(device=first.device, dtype=first.dtype)
+                source = source.view(rows.shape) if swap.per_copy else source[None]
                 patched = torch.where(where, source, rows).view(first.shape)
                 return (patched, *out[1:]) if isinstance(out, tuple) else patched
 
@@ -307,28 +310,32 @@ class OutputPatch:
 
 
 def kv_columns(lm: LoadedModel, layer: int, component: str) -> tuple[nn.Module, list[slice]]:
-    """The module that projects ``layer``'s keys (``component="k"``) or values (``"v"``) and,
-    for each KV head, the slice of that module's output columns it owns.
+    """The module that projects ``layer``'s queries (``component="q"``), keys (``"k"``) or
+    values (``"v"``) and, for each query head (``q``) or KV head (``k``, ``v``), the slice of
+    that module's output columns it owns.
 
     Raises:
         ValueError: the layer's projections could not be told apart, or an unknown component.
     """
-    if component not in ("k", "v"):
-        raise ValueError(f"component must be 'k' or 'v', got {component!r}")
+    if component not in ("q", "k", "v"):
+        raise ValueError(f"component must be 'q', 'k' or 'v', got {component!r}")
     qkv = lm.layers[layer].qkv
     if qkv is None:
-        raise ValueError(f"{lm.name} layer {layer}: its key and value projections are not known")
+        raise ValueError(
+            f"{lm.name} layer {layer}: its query, key and value projections are not known"
+        )
     n_heads = lm.layout.heads_per_layer[layer]
     n_kv = lm.layout.kv_heads_per_layer[layer]
+    count = n_heads if component == "q" else n_kv
     d = lm.head_dim
     if qkv.layout == "separate":
-        module = qkv.k if component == "k" else qkv.v
-        return module, [slice(g * d, (g + 1) * d) for g in range(n_kv)]
+        module = {"q": qkv.q, "k": qkv.k, "v": qkv.v}[component]
+        return module, [slice(g * d, (g + 1) * d) for g in range(count)]
     if qkv.layout == "fused":  # [q heads | k heads | v heads]
-        start = (n_heads if component == "k" else n_heads + n_kv) * d
-        return qkv.k, [slice(start + g * d, start + (g + 1) * d) for g in range(n_kv)]
-    part = 1 if component == "k" else 2  # interleaved: [q k v] of head 0, then head 1...
-    return qkv.k, [slice((3 * g + part) * d, (3 * g + part + 1) * d) for g in range(n_kv)]
+        start = {"q": 0, "k": n_heads, "v": n_heads + n_kv}[component] * d
+        return qkv.k, [slice(start + g * d, start + (g + 1) * d) for g in range(count)]
+    part = "qkv".index(component)  # interleaved: [q k v] of head 0, then head 1...
+    return qkv.k, [slice((3 * g + part) * d, (3 * g + part + 1) * d) for g in range(count)]
 
 
 def block_mlp(lm: LoadedModel, layer: int) -> nn.Module | None:

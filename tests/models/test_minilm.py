@@ -82,8 +82,10 @@ def test_heads_command_picks_a_word_of_the_users_sentence(
     out = json.loads(capsys.readouterr().out)
     assert out["word"] == "chased"
     assert len(out["heads"]) == 12
-    assert main(["heads", "...", "--json"]) == 1
-    assert "no word to attend from" in capsys.readouterr().err
+    assert main(["heads", "...", "--json"]) == 0  # marks alone: the sentence is about them
+    assert json.loads(capsys.readouterr().out)["word"] == "."
+    assert main(["heads", "   ", "--json"]) == 2  # no sentence: a usage error, one line
+    assert "error" in capsys.readouterr().err
 
 
 def test_heads_command_bad_input(capsys: pytest.CaptureFixture[str]) -> None:

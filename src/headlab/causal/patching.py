@@ -38,6 +38,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from headlab.causal import table
 from headlab.causal.tasks import Batch, Task
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
@@ -113,20 +114,12 @@ class PatchingResult:
         return "head" if self.component == "z" else "kv_head"
 
     def ranked(self) -> list[tuple[int, int, float]]:
-        """``(layer, head, effect)`` by decreasing absolute effect."""
-        rows = [
-            (layer, head, float(v))
-            for layer, row in enumerate(self.effects.tolist())
-            for head, v in enumerate(row)
-            if v == v  # not NaN
-        ]
-        return sorted(rows, key=lambda r: -abs(r[2]))
+        """``(layer, head, value)`` by decreasing absolute value, signed."""
+        return table.ranked(self.effects)
 
     def top(self, k: int = 10) -> list[tuple[int, int, float]]:
-        """The ``k`` heads of largest absolute effect, ``(layer, head, effect)``, signed."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InputError(f"top(k): k must be a whole number of at least 1, got {k!r}")
-        return self.ranked()[:k]
+        """The ``k`` heads of largest absolute value, ``(layer, head, value)``, signed."""
+        return table.top(self.effects, k)
 
     def to_json(self) -> dict[str, Any]:
         heads = []
@@ -202,23 +195,15 @@ class PatchingResult:
     def to_csv(self) -> str:
         """One row a head: ``layer,head,effect`` (``kv_head`` for keys and values)."""
         lines = [f"layer,{self.unit},effect"]
-        lines += [f"{layer},{head},{value:.6g}" for layer, head, value in self._cells()]
+        lines += [f"{layer},{head},{value:.6g}" for layer, head, value in table.cells(self.effects)]
         return "\n".join(lines) + "\n"
-
-    def _cells(self) -> list[tuple[int, int, float]]:
-        return [
-            (layer, head, float(v))
-            for layer, row in enumerate(self.effects.tolist())
-            for head, v in enumerate(row)
-            if v == v
-        ]
 
     def _repr_html_(self) -> str:
         """A layers x heads heatmap for notebooks: red carries the behaviour, blue works
         against it, each cell's effect in its tooltip."""
         import html
 
-        scale = max((abs(v) for _, _, v in self._cells()), default=1.0) or 1.0
+        scale = max((abs(v) for _, _, v in table.cells(self.effects)), default=1.0) or 1.0
         rows = []
         for layer, row in enumerate(self.effects.tolist()):
             cells = []

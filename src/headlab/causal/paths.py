@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from headlab.causal import table
 from headlab.causal.patching import (
     MAX_ROWS,
     _check_layers,
@@ -113,18 +114,12 @@ class PathResult:
     seconds: float = 0.0
 
     def ranked(self) -> list[tuple[int, int, float]]:
-        rows = [
-            (layer, head, float(v))
-            for layer, row in enumerate(self.effects.tolist())
-            for head, v in enumerate(row)
-            if v == v
-        ]
-        return sorted(rows, key=lambda r: -abs(r[2]))
+        """``(layer, head, value)`` by decreasing absolute value, signed."""
+        return table.ranked(self.effects)
 
     def top(self, k: int = 10) -> list[tuple[int, int, float]]:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InputError(f"top(k): k must be a whole number of at least 1, got {k!r}")
-        return self.ranked()[:k]
+        """The ``k`` heads of largest absolute value, ``(layer, head, value)``, signed."""
+        return table.top(self.effects, k)
 
     def to_json(self) -> dict[str, Any]:
         return {

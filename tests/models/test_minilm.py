@@ -82,6 +82,8 @@ def test_heads_command_picks_a_word_of_the_users_sentence(
     out = json.loads(capsys.readouterr().out)
     assert out["word"] == "chased"
     assert len(out["heads"]) == 12
+    assert main(["heads", "The cat sat on the mat.", "--json", "--layer", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["word"] == "cat"  # not "The": a function word
     assert main(["heads", "...", "--json"]) == 0  # marks alone: the sentence is about them
     assert json.loads(capsys.readouterr().out)["word"] == "."
     assert main(["heads", "   ", "--json"]) == 2  # no sentence: a usage error, one line

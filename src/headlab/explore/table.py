@@ -28,11 +28,21 @@ LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
 LESSON_WORD = "prepared"
 
 
+#: words too common to be what a sentence is about ("The cat sat on the mat." is about "cat",
+#: not "The"); the default word is the longest of the others
+FUNCTION_WORDS = frozenset(
+    {"a", "an", "the", "this", "that", "these", "those", "and", "or", "but", "of", "to", "in",
+     "on", "at", "by", "for", "with", "from", "as", "is", "are", "was", "were", "be", "been",
+     "it", "its", "he", "she", "they", "we", "you", "i", "his", "her", "their", "our", "my",
+     "your", "not", "no"}
+)  # fmt: skip
+
+
 def default_word(text: str, alignment: Alignment, *, last: bool = False) -> str:
     """The word a sentence's table is about when none is chosen.
 
-    The lesson's word for the lesson's sentence; else the longest word that is not punctuation
-    (content words run longer than "the" or "of"), the first of equals; with ``last`` (a causal
+    The lesson's word for the lesson's sentence; else the longest word that is neither
+    punctuation nor a function word (:data:`FUNCTION_WORDS`), the first of equals; with ``last`` (a causal
     model), the last word that is not punctuation: where the model predicts what comes next, and
     the one word that sees the whole sentence (``word#N`` when it occurs earlier too).
 
@@ -54,7 +64,8 @@ def default_word(text: str, alignment: Alignment, *, last: bool = False) -> str:
     if last:
         n = words.count(words[-1])
         return words[-1] if n == 1 else f"{words[-1]}#{n}"
-    return max(words, key=len)  # max keeps the first of equals
+    content = [w for w in words if w.lower() not in FUNCTION_WORDS] or words
+    return max(content, key=len)  # max keeps the first of equals
 
 
 def check_heads(

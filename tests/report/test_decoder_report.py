@@ -164,6 +164,10 @@ def test_smollm2_report_in_chromium(browser: Any, tmp_path: Path) -> None:
         )
         page.screenshot(path=str(tmp_path / "smollm2.png"), full_page=True)
         assert errors == []
+        # the induction head's figure is drawn where it has something to find: a repeat
+        captions = [c.text_content() for c in page.locator("#figures-section figcaption").all()]
+        drawn = [c for c in captions if "(induction" in c]
+        assert drawn and all("on a sentence said twice" in c for c in drawn), captions
     finally:
         page.close()
 

@@ -89,13 +89,15 @@ def write_report(
             )
         ]
         report.advance()
-        where = "the IOI prompt" if lm.causal else "the lesson sentence"  # the viewer's first
+        first = "the IOI prompt" if lm.causal else "the lesson sentence"  # the viewer's first
+        repeats = _repeating_sentence(data["sentences"])
         for layer, head, why in showcase:
             name = f"heatmap_L{layer}_H{head}.png"
+            sentence, where = data["sentences"][0], first
+            if why.split(":")[0] in REPEAT_ROLES and repeats is not None:
+                sentence, where = repeats, "a sentence said twice"  # its stripe needs a repeat
             title = f"layer {layer}, head {head} ({why}) on {where}"
-            made.append(
-                (figures.heatmap(data["sentences"][0], layer, head, fig_dir / name, title), title)
-            )
+            made.append((figures.heatmap(sentence, layer, head, fig_dir / name, title), title))
             report.advance()
         if pruning:
             made.append(
@@ -130,6 +132,21 @@ def write_report(
         (tmp / "ledger.md").write_text(ledger_markdown(data["ledger"]), encoding="utf-8")
         (tmp / MARKER).write_text("written by headlab report\n", encoding="utf-8")
     return out
+
+
+#: roles whose pattern shows only on a sentence that repeats itself
+REPEAT_ROLES = ("induction", "duplicate-token")
+
+
+def _repeating_sentence(sentences: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first viewer sentence whose words repeat a run of three (an induction head's
+    stripe one off the diagonal needs one), or ``None``."""
+    for sentence in sentences:
+        words = [w.lower() for w in sentence["words"]]
+        runs = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+        if len(set(runs)) < len(runs):
+            return sentence
+    return None
 
 
 def _showcase(roles: RoleReport) -> list[tuple[int, int, str]]:

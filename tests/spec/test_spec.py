@@ -240,3 +240,14 @@ def test_an_encoder_decoder_is_not_compared(
     assert main(["spec", "gpt2", "--compare", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not in --compare" in err
+
+
+def test_a_context_past_the_models_limit_is_said(capsys) -> None:  # type: ignore[no-untyped-def]
+    from headlab.cli import main
+
+    assert main(["spec", "gpt2", "--context", "32768", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "gpt2 takes at most 1,024 tokens" in captured.err
+    assert json.loads(captured.out)["context"] == 32768  # the arithmetic is still given
+    assert main(["spec", "gpt2", "--context", "512"]) == 0
+    assert "at most" not in capsys.readouterr().err

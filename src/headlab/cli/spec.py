@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
@@ -290,6 +291,13 @@ def run(args: argparse.Namespace) -> int:
     for label, lay in layouts:
         spec = compute_spec(lay, context=context, dtype=args.dtype)
         specs.append({"model": label, **spec.as_dict()})
+        if lay.max_positions and context > lay.max_positions:  # arithmetic, not a promise
+            print(
+                f"headlab spec: note: {label} takes at most {lay.max_positions:,} tokens; the "
+                f"numbers at {context:,} are what the arithmetic gives, not what it can run",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.json:
         emit_json(specs if args.compare else specs[0])
         return 0

@@ -84,3 +84,13 @@ def test_heads_on_a_causal_model_defaults_to_the_last_word(
     assert len(data["heads"]) == 4 * 4  # tiny-shakespeare: 4 layers x 4 heads
     assert main(["heads", "The cat sat on the mat.", "--model", "tiny-shakespeare", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["word"] == "mat"
+
+
+def test_a_typo_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reprot"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "did you mean 'report'?" in err
+    assert main(["patch", "--method", "dlaa"]) == 2
+    assert "did you mean 'dla'?" in capsys.readouterr().err
+    assert main(["xyz"]) == 2  # nothing close: no guess
+    assert "did you mean" not in capsys.readouterr().err

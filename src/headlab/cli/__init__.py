@@ -29,7 +29,23 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors in one line, as every other error, pointing at ``--help`` for the usage."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(
+            EXIT_USAGE,
+            f"{self.prog}: error: {message}{_suggestion(message)} (see {self.prog} --help)\n",
+        )
+
+
+def _suggestion(message: str) -> str:
+    """``"; did you mean 'report'?"`` for an invalid choice close to a valid one, else ``""``."""
+    import difflib
+    import re
+
+    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if match is None:
+        return ""
+    choices = re.findall(r"'([^']*)'", match.group(2))
+    close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,12 +18,15 @@ class Client:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
 
-    def call(self, path: str, body: Any = None, *, raw: bytes | None = None, headers=None):
+    def call(
+        self, path: str, body: Any = None, *, raw: bytes | None = None, headers=None, method=None
+    ):
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
             data=data,
             headers={"Content-Type": "application/json", **(headers or {})},
+            method=method,
         )
         try:
             with urllib.request.urlopen(request, timeout=120) as response:

@@ -77,6 +77,10 @@ def test_oversized_and_malformed_input_is_refused_with_json(client) -> None:
     assert client.call("/api/ablate", {"text": TEXT, "ablate": [[0]]})[0] == 400
     assert client.call("/nowhere")[0] == 404
     assert client.call("/api/sentence")[0] == 405  # a GET where only POST is answered
+    for method in ("DELETE", "PUT", "PATCH"):  # JSON too, not http.server's HTML 501
+        status, answer = client.call("/api/heads", method=method)
+        assert status == 405 and "is not answered at /api/heads" in answer["error"]
+    assert client.call("/nowhere", method="DELETE")[0] == 404
 
 
 def test_a_foreign_host_name_is_refused(client) -> None:

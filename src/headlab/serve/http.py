@@ -100,6 +100,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._answer("POST")
 
+    # every other method gets the app's JSON 405 (or 404), not http.server's HTML 501
+    def do_PUT(self) -> None:
+        self._answer("PUT")
+
+    def do_DELETE(self) -> None:
+        self._answer("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._answer("PATCH")
+
     def log_message(self, format: str, *args: Any) -> None:
         logger.info("%s %s", self.address_string(), format % args)
 

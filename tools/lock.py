@@ -150,6 +150,8 @@ def upgrade(pytest_args: list[str], *, write: bool, keep: bool) -> int:
         print(f"  {name}: {was or 'new'} -> {now}")
     for name in sorted(set(old) - set(new)):
         print(f"  {name}: {old[name]} -> dropped")
+    if not moved and set(old) <= set(new):
+        print("  no package moved: the lock is what pyproject.toml resolves to today")
     install = [
         ("install", ["pip", "install", "-q", TORCH, "-e", f".[{EXTRAS}]"]),
         ("install --no-deps", ["pip", "install", "-q", "--no-deps", *NO_DEPS]),

@@ -504,7 +504,7 @@ def test_the_last_position_runs_the_last_token_alone(tiny, monkeypatch):
     """Patching the last token leaves every earlier position as in the clean run, so only the
     last token runs the layers above the patch (over the clean keys and values); the result
     is the full run's."""
-    import headlab.causal.patching as patching
+    import headlab.causal.activation as patching
 
     task, _ = _random_task(tiny, 3, 9, seed=11)
     full = {}

@@ -34,12 +34,12 @@ from typing import Any
 import torch
 
 from headlab.causal import table
-from headlab.causal.patching import (
+from headlab.causal.activation import _runs
+from headlab.causal.metric import (
     MAX_ROWS,
     _check_layers,
     _normalize,
     _positions,
-    _runs,
     check_task,
     last_logits,
     logit_difference,

@@ -1,0 +1,367 @@
+"""Activation patching, exact and batched: each head (or KV head, or whole layer component)
+taken from the corrupted run into the clean one. The heads of a layer are copies on the batch
+axis, run from that layer's clean residual stream upward; at the last position only the last
+token runs above the layer, over the clean run's keys and values. See :mod:`headlab.causal.patching`.
+
+Shape vocabulary: ``N`` copies, ``B`` prompts, ``T`` tokens, ``H`` heads, ``D`` head width,
+``E`` model width."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from headlab.causal.metric import (
+    MAX_ROWS,
+    _check_layers,
+    _empty,
+    _normalize,
+    _positions,
+    check_task,
+    last_logits,
+    logit_difference,
+)
+from headlab.causal.result import LAYER_PARTS, LayerTable, PatchingResult
+from headlab.causal.tasks import Batch, Task
+from headlab.errors import InputError
+from headlab.models.loading import LoadedModel
+from headlab.models.patching import (
+    ColumnSwap,
+    HeadOutputs,
+    HeadPatch,
+    OutputPatch,
+    OutputRecord,
+    Residuals,
+    Swap,
+    block_mlp,
+    kv_columns,
+    starting_at,
+)
+from headlab.progress import NO_PROGRESS, Progress, stage
+
+
+@dataclass
+class _Runs:
+    """One batch's clean and corrupted runs: metrics, head outputs, residual stream, and the
+    corrupted run's outputs of the modules a patch reads (key/value projections, MLPs)."""
+
+    clean_ld: torch.Tensor  # (B,)
+    corrupt_ld: torch.Tensor  # (B,)
+    clean_heads: dict[int, torch.Tensor]  # layer -> (B, T, H, D)
+    corrupt_heads: dict[int, torch.Tensor]
+    residuals: dict[int, torch.Tensor]  # layer -> (B, T, E), what block l reads (clean)
+    corrupt_residuals: dict[int, torch.Tensor]
+    corrupt_outputs: dict[nn.Module, torch.Tensor]  # module -> (B, T, C)
+
+
+def _runs(lm: LoadedModel, batch: Batch, modules: Sequence[nn.Module] = ()) -> _Runs:
+    with HeadOutputs(lm, detach=True) as clean, Residuals(lm) as resid:
+        clean_ld = logit_difference(last_logits(lm, batch.clean), batch.answer, batch.distractor)
+    with (
+        HeadOutputs(lm, detach=True) as corrupt,
+        Residuals(lm) as corrupt_resid,
+        OutputRecord(modules) as outputs,
+    ):
+        corrupt_ld = logit_difference(
+            last_logits(lm, batch.corrupt), batch.answer, batch.distractor
+        )
+    return _Runs(
+        clean_ld,
+        corrupt_ld,
+        clean.outputs,
+        corrupt.outputs,
+        resid.inputs,
+        corrupt_resid.inputs,
+        outputs.outputs,
+    )
+
+
+COMPONENTS = ("z", "k", "v")
+
+
+def _units(lm: LoadedModel, layer: int, component: str) -> int:
+    """What one layer's patches are: query heads (``z``) or KV heads (``k``, ``v``)."""
+    if component == "z":
+        return lm.layout.heads_per_layer[layer]
+    return lm.layout.kv_heads_per_layer[layer]
+
+
+def _unit_patch(
+    lm: LoadedModel,
+    layer: int,
+    component: str,
+    chosen: list[int],
+    runs: _Runs,
+    where: Any,
+    *,
+    last_only: bool = False,
+) -> AbstractContextManager[Any]:
+    """The hooks that patch units ``chosen`` of ``layer``, one a copy (``last_only``: in a
+    pass over the last token alone, from the corrupted run's last position)."""
+    if component == "z":
+        n_heads = lm.layout.heads_per_layer[layer]
+        select = torch.zeros(len(chosen), n_heads, dtype=torch.bool)
+        select[torch.arange(len(chosen)), chosen] = True
+        heads = runs.corrupt_heads[layer]
+        swap = Swap(source=heads[:, -1:] if last_only else heads, select=select, positions=where)
+        return HeadPatch(lm, {layer: [swap]})
+    module, columns = kv_columns(lm, layer, component)
+    source = runs.corrupt_outputs[module]
+    if last_only:
+        source = source[:, -1:]
+    mask = torch.zeros(len(chosen), source.shape[-1], dtype=torch.bool)
+    for copy, unit in enumerate(chosen):
+        mask[copy, columns[unit]] = True
+    return OutputPatch({module: ColumnSwap(source=source, columns=mask, positions=where)})
+
+
+def _kv_modules(lm: LoadedModel, layers: Sequence[int], component: str) -> list[nn.Module]:
+    if component == "z":
+        return []
+    out = []
+    for layer in layers:
+        try:
+            out.append(kv_columns(lm, layer, component)[0])
+        except ValueError as exc:
+            raise InputError(f"--component {component}: {exc}") from None
+    return out
+
+
+def activation_patching(
+    lm: LoadedModel,
+    task: Task,
+    *,
+    position: int | None = None,
+    layers: Sequence[int] | None = None,
+    component: str = "z",
+    max_rows: int = MAX_ROWS,
+    progress: Progress | None = None,
+) -> PatchingResult:
+    """Patch every head from the corrupted run into the clean run, exactly, batched over heads.
+
+    Args:
+        position: patch only this position (negative: from the end; ``-1`` the last token);
+            ``None``: every position.
+        layers: patch only the heads of these layers (the others' effects are NaN);
+            ``None``: every layer.
+        component: ``"z"`` each query head's output; ``"k"``/``"v"`` each KV head's keys or
+            values (under GQA a KV head feeds a group of query heads).
+        max_rows: rows (heads x prompts) of one forward pass, bounding its memory.
+    """
+    if component not in COMPONENTS:
+        raise InputError(f"component must be one of {', '.join(COMPONENTS)}, got {component!r}")
+    check_task(lm, task)
+    chosen_layers = _check_layers(lm, layers)
+    modules = _kv_modules(lm, chosen_layers, component)
+    progress = progress or NO_PROGRESS
+    start = time.perf_counter()
+    device = lm.device
+    patched_sum = _empty(lm).nan_to_num(0.0)
+    clean_sum = corrupt_sum = 0.0
+    total = sum(_units(lm, layer, component) for layer in chosen_layers) * len(task.batches)
+    unit = "heads" if component == "z" else "KV heads"
+    with torch.inference_mode(), stage(progress, f"patching {unit}", total, unit) as bar:
+        for batch in task.batches:
+            batch = batch.to(device)
+            n_prompts, length = batch.clean.shape
+            where = _positions(position, length)
+            runs = _runs(lm, batch, modules)
+            clean_sum += float(runs.clean_ld.sum())
+            corrupt_sum += float(runs.corrupt_ld.sum())
+            # patching the last token alone leaves every earlier position as in the clean run:
+            # run the last token only, over the clean run's keys and values of the others
+            prefix = _prefix_cache(lm, batch) if position in (-1, length - 1) else None
+            for layer in chosen_layers:
+                n_units = _units(lm, layer, component)
+                per_pass = max(1, max_rows // n_prompts)
+                for lo in range(0, n_units, per_pass):
+                    chosen = list(range(lo, min(n_units, lo + per_pass)))
+                    if prefix is not None:
+                        patch = _unit_patch(
+                            lm, layer, component, chosen, runs, None, last_only=True
+                        )
+                        ld = _last_token_ld(lm, batch, layer, runs, prefix, patch, len(chosen))
+                    else:
+                        patch = _unit_patch(lm, layer, component, chosen, runs, where)
+                        hidden = runs.residuals.get(layer)
+                        ld = _patched_ld(lm, batch, layer, hidden, patch, len(chosen))
+                    patched_sum[layer, chosen] += ld.sum(dim=1).cpu()
+                    bar.advance(len(chosen))
+    n = task.n_prompts
+    clean, corrupt = clean_sum / n, corrupt_sum / n
+    patched = patched_sum / n
+    missing = _empty(lm)
+    for layer in chosen_layers:
+        missing[layer, : _units(lm, layer, component)] = 0.0
+    patched = patched + missing  # NaN where a layer has fewer heads, or was not patched
+    return PatchingResult(
+        model=lm.name,
+        task=task.name,
+        method="activation",
+        position=position,
+        n_prompts=n,
+        clean=clean,
+        corrupt=corrupt,
+        effects=_normalize(clean, corrupt, patched, task.name),
+        patched=patched,
+        seconds=time.perf_counter() - start,
+        component=component,
+    )
+
+
+def _patched_ld(
+    lm: LoadedModel,
+    batch: Batch,
+    layer: int,
+    hidden: torch.Tensor | None,
+    patch: AbstractContextManager[Any],
+    copies: int,
+    *,
+    must_feed: bool = False,
+) -> torch.Tensor:
+    """``(N, B)`` logit differences of ``copies`` patched copies of ``batch``, the forward
+    starting at ``layer`` from ``hidden`` ``(B, T, E)`` or ``(N*B, T, E)`` (the residual stream
+    block ``layer`` reads; every patch is at ``layer`` or above)."""
+    ids = batch.clean.repeat(copies, 1)  # (N*B, T)
+    if hidden is not None and hidden.shape[0] != ids.shape[0]:
+        hidden = hidden.repeat(copies, 1, 1)  # (N*B, T, E)
+    with starting_at(lm, layer, hidden, must_feed=must_feed), patch:
+        logits = last_logits(lm, ids)  # (N*B, V)
+    ld = logit_difference(logits, batch.answer.repeat(copies), batch.distractor.repeat(copies))
+    return ld.view(copies, -1)
+
+
+def _cache_argument(lm: LoadedModel) -> str | None:
+    """The name under which the model's forward takes a KV cache (``cache`` in transformers
+    5.25, ``past_key_values`` before), or ``None``."""
+    parameters = inspect.signature(lm.model.forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+
+
+def _prefix_cache(lm: LoadedModel, batch: Batch) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Every layer's keys and values ``(B, Hkv, T-1, D)`` of the clean prompts but their last
+    token, or ``None`` where the model cannot start later or keeps no plain per-layer cache
+    (then the patched passes run every position)."""
+    from transformers import DynamicCache
+
+    from headlab.models.patching import can_start_later
+
+    name = _cache_argument(lm)
+    if name is None or batch.clean.shape[1] < 2 or not can_start_later(lm):
+        return None
+    cache: Any = DynamicCache()
+    try:
+        lm.model(input_ids=batch.clean[:, :-1], use_cache=True, **{name: cache}, logits_to_keep=1)
+        layers = [(getattr(c, "keys", None), getattr(c, "values", None)) for c in cache.layers]
+    except (AttributeError, TypeError, ValueError):
+        return None
+    out = [(k, v) for k, v in layers if isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)]
+    if len(out) != lm.n_layers or any(k.dim() != 4 for k, _ in out):
+        return None
+    return out
+
+
+def _last_token_ld(
+    lm: LoadedModel,
+    batch: Batch,
+    layer: int,
+    runs: _Runs,
+    prefix: list[tuple[torch.Tensor, torch.Tensor]],
+    patch: AbstractContextManager[Any],
+    copies: int,
+) -> torch.Tensor:
+    """``(N, B)`` logit differences of ``copies`` copies patched at the last token only: the
+    last token alone runs blocks ``layer..L-1``, reading every earlier position's keys and
+    values from the clean run (which a patch at the last token does not change)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(
+        ddp_cache_data=[(k.repeat(copies, 1, 1, 1), v.repeat(copies, 1, 1, 1)) for k, v in prefix]
+    )
+    ids = batch.clean[:, -1:].repeat(copies, 1)  # (N*B, 1)
+    hidden = runs.residuals[layer][:, -1:].repeat(copies, 1, 1)  # (N*B, 1, E)
+    name = _cache_argument(lm) or "cache"
+    with starting_at(lm, layer, hidden, must_feed=True), patch:
+        out = lm.model(input_ids=ids, use_cache=True, **{name: cache}, logits_to_keep=1)
+    logits = out.logits[:, -1]  # (N*B, V)
+    ld = logit_difference(logits, batch.answer.repeat(copies), batch.distractor.repeat(copies))
+    return ld.view(copies, -1)
+
+
+def layer_patching(
+    lm: LoadedModel, task: Task, *, position: int | None = None, progress: Progress | None = None
+) -> LayerTable:
+    """Patch each layer's residual stream, attention output and MLP output from the corrupted
+    run: one pass a layer over three copies of the prompts, from that layer upward."""
+    check_task(lm, task)
+    progress = progress or NO_PROGRESS
+    mlps = [block_mlp(lm, layer) for layer in range(lm.n_layers)]
+    recorded = [m for m in mlps if m is not None]
+    sums = torch.zeros(len(LAYER_PARTS), lm.n_layers, dtype=torch.float64)
+    clean_sum = corrupt_sum = 0.0
+    total = lm.n_layers * len(task.batches)
+    with torch.inference_mode(), stage(progress, "patching layers", total, "layers") as bar:
+        for batch in task.batches:
+            batch = batch.to(lm.device)
+            where = _positions(position, batch.clean.shape[1])
+            runs = _runs(lm, batch, recorded)
+            clean_sum += float(runs.clean_ld.sum())
+            corrupt_sum += float(runs.corrupt_ld.sum())
+            for layer in range(lm.n_layers):
+                clean_in = runs.residuals.get(layer)
+                corrupt_in = runs.corrupt_residuals.get(layer)
+                if clean_in is None or corrupt_in is None:
+                    raise InputError(f"{lm.name}: its blocks' residual stream cannot be read")
+                mixed = corrupt_in
+                if where is not None:
+                    mixed = torch.where(
+                        where.to(clean_in.device)[None, :, None], corrupt_in, clean_in
+                    )
+                hidden = torch.cat([mixed, clean_in, clean_in])  # (3*B, T, E)
+                n_heads = lm.layout.heads_per_layer[layer]
+                select = torch.zeros(3, n_heads, dtype=torch.bool)
+                select[1] = True
+                heads = HeadPatch(
+                    lm,
+                    {
+                        layer: [
+                            Swap(source=runs.corrupt_heads[layer], select=select, positions=where)
+                        ]
+                    },
+                )
+                mlp = mlps[layer]
+                patches: list[AbstractContextManager[Any]] = [heads]
+                if mlp is not None:
+                    source = runs.corrupt_outputs[mlp]
+                    columns = torch.zeros(3, source.shape[-1], dtype=torch.bool)
+                    columns[2] = True
+                    swap = ColumnSwap(source=source, columns=columns, positions=where)
+                    patches.append(OutputPatch({mlp: swap}))
+                try:
+                    ld = _patched_ld(lm, batch, layer, hidden, _all(patches), 3, must_feed=True)
+                except ValueError as exc:
+                    raise InputError(f"patching layers: {exc}") from None
+                sums[:, layer] += ld.sum(dim=1).cpu()
+                if mlp is None:
+                    sums[2, layer] = float("nan")
+                bar.advance(1)
+    n = task.n_prompts
+    clean, corrupt = clean_sum / n, corrupt_sum / n
+    effects = _normalize(clean, corrupt, sums / n, task.name)
+    return LayerTable(resid=effects[0], attn=effects[1], mlp=effects[2])
+
+
+@contextmanager
+def _all(managers: Sequence[AbstractContextManager[Any]]) -> Iterator[None]:
+    """Every manager entered for the block."""
+    with ExitStack() as stack:
+        for manager in managers:
+            stack.enter_context(manager)
+        yield

@@ -148,6 +148,10 @@ def test_a_model_without_a_language_model_head_is_refused(
     prompts = _jsonl(tmp_path / "ioi.jsonl", PROMPTS)
     line = _fails(["-q", "patch", "--model", str(plain), "--prompts", str(prompts)], capsys)
     assert "language-model head" in line or "causal" in line, line
+    empty = tmp_path / "empty"
+    empty.mkdir()  # not a model at all: said as such, not as "no language-model head"
+    line = _fails(["-q", "patch", "--model", str(empty), "--prompts", str(prompts)], capsys)
+    assert "config.json" in line and "causal" not in line, line
 
 
 def test_bad_flags_are_refused_before_any_work(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, text
@@ -149,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
     _check_paths(args)
     if args.model is None:
         args.model = DEFAULT_MODEL
-    if has_lm_head(args.model) is False:
+    folder_config = Path(args.model) / "config.json"
+    readable = not Path(args.model).is_dir() or folder_config.is_file()  # else load() says why
+    if readable and has_lm_head(args.model) is False:
         raise InputError(
             f"--model {args.model}: patching reads next-token logits, and this is not a causal "
             "language model with its head (its config.json names no ...ForCausalLM or "

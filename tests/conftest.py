@@ -100,15 +100,16 @@ def use_kernels(kind: str, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None
     import platform
 
     from headlab import native
+    from headlab.native import build
 
-    monkeypatch.setattr(native, "_state", {})  # the kernels of this test alone
+    monkeypatch.setattr(build, "_state", {})  # the kernels of this test alone
     if kind == "torch":
-        native._state.update(lib=None, why="turned off by the test")
+        build._state.update(lib=None, why="turned off by the test")
         return
     if kind == "portable":
         if platform.machine().lower() not in ("x86_64", "amd64"):
             pytest.skip("the portable build is checked on x86")
-        monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-mno-avx512f"))
+        monkeypatch.setattr(build, "FLAGS", (*build.FLAGS, "-mno-avx512f"))
         monkeypatch.setenv("HEADLAB_CACHE", str(cache))
     if native.kernels() is None:
         if os.environ.get("CI") and not native.by_choice():  # a compiler must work in CI

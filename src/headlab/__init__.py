@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from headlab.explore.sentence import SentenceHeads
 
-__version__ = "0.1.0"
+from headlab._version import __version__
 
 __all__ = ["__version__", "capture"]
 

@@ -21,14 +21,11 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from headlab.errors import DistributedError, HeadlabError
-
-if TYPE_CHECKING:
-    from headlab.roles.bootstrap import Sums
 
 #: how long a rank waits for the others at a collective before it gives up (seconds);
 #: ``HEADLAB_DIST_TIMEOUT`` overrides it
@@ -139,6 +136,17 @@ def failures(what: str) -> Iterator[None]:
     if failed:
         r, message = failed[0]
         raise DistributedError(f"rank {r} of {world} failed during {what}: {message}") from error
+
+
+class Sums(Protocol):
+    """Named float64 sums (:class:`headlab.roles.bootstrap.Sums` is one)."""
+
+    values: dict[str, torch.Tensor]
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def gather(self) -> Any: ...
 
 
 def reduce_sums(*all_sums: Sums | None) -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from headlab import native
+from headlab.native import build
 
 
 @pytest.fixture(params=["native", "portable"])
@@ -149,7 +150,7 @@ def test_without_openmp_python_threads_split_the_rows(
     scores = torch.randn(4, 6, 100, generator=torch.Generator().manual_seed(1))
     out = [torch.empty_like(scores), torch.empty(4, 6), torch.empty(4, 6)]
     native.softmax_rows(scores, *out)
-    monkeypatch.setattr(native, "OPENMP", ())
+    monkeypatch.setattr(build, "OPENMP", ())
     native.reset()
     assert native.kernels().headlab_openmp() == 0
     again = [torch.empty_like(scores), torch.empty(4, 6), torch.empty(4, 6)]
@@ -185,7 +186,7 @@ def test_portable_kernels_leave_the_scores_to_torch(
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the portable build is checked on x86")
-    monkeypatch.setattr(native, "FLAGS", (*native.FLAGS, "-mno-avx512f"))
+    monkeypatch.setattr(build, "FLAGS", (*build.FLAGS, "-mno-avx512f"))
     if native.kernels() is None:
         pytest.skip(f"native kernels unavailable: {native.why_not()}")
     assert native.kernels().headlab_vector_bits() == 0
@@ -247,7 +248,7 @@ def c_signatures() -> dict[str, str]:
     pointer: ``p``, whether or not it may be NULL)."""
     import re
 
-    source = native.SOURCE.read_text()
+    source = build.SOURCE.read_text()
     found = {}
     for name, params in re.findall(r"^void (\w+)\(([^)]*)\)", source, flags=re.M):
         kinds = []
@@ -264,14 +265,14 @@ def test_the_exported_table_is_the_c_functions_and_headlabs() -> None:
     import re
 
     body = re.search(
-        r"headlab_signatures\(void\) \{\s*return (.*?);\s*\}", native.SOURCE.read_text(), re.S
+        r"headlab_signatures\(void\) \{\s*return (.*?);\s*\}", build.SOURCE.read_text(), re.S
     )
     assert body is not None
     table = "".join(re.findall(r'"([^"]*)"', body.group(1)))
-    exported = native._parse_signatures(table)
-    assert exported == native._SIGNATURES
+    exported = build._parse_signatures(table)
+    assert exported == build._SIGNATURES
     assert {k: v.replace("q", "p") for k, v in exported.items()} == c_signatures()
-    assert native._signature_mismatch(table) == ""
+    assert build._signature_mismatch(table) == ""
 
 
 def test_a_mismatched_argument_table_is_refused(
@@ -280,8 +281,8 @@ def test_a_mismatched_argument_table_is_refused(
     """A library whose argument table differs from headlab's signatures is not used: torch's
     ops run, and the reason names the kernel and both tables' entries."""
     needs_kernels()
-    changed = dict(native._SIGNATURES, attend_rows=native._SIGNATURES["attend_rows"] + "i")
-    monkeypatch.setattr(native, "_SIGNATURES", changed)
+    changed = dict(build._SIGNATURES, attend_rows=build._SIGNATURES["attend_rows"] + "i")
+    monkeypatch.setattr(build, "_SIGNATURES", changed)
     native.reset()
     assert native.kernels() is None
     why = native.why_not()
@@ -307,10 +308,10 @@ def test_a_damaged_cached_library_is_built_again(fresh: Path, damage: str) -> No
         other.write_bytes(b"\x7fELF not a library" * 100)
         os.replace(other, library)
     else:
-        native._checksum_path(library).unlink()
+        build._checksum_path(library).unlink()
     native.reset()
     assert native.kernels() is not None
-    assert native._verified(library) and library.stat().st_size == len(whole)
+    assert build._verified(library) and library.stat().st_size == len(whole)
     scores = torch.randn(2, 5, 9)
     out = [torch.empty_like(scores), torch.empty(2, 5), torch.empty(2, 5)]
     native.softmax_rows(scores, *out)

@@ -10,7 +10,7 @@ import pytest
 from headlab.cli import main
 from headlab.errors import OutputExistsError
 from headlab.outputs import atomic_folder
-from headlab.report.html import render, safe_json
+from headlab.page.html import render, safe_json
 
 
 def test_safe_json_cannot_close_the_script_element() -> None:

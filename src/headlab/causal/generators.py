@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from headlab.causal.tasks import Prompt, prefix_ids
+from headlab.datasets.ioi import NAMES, PLACES, TEMPLATES, THINGS
 from headlab.errors import InputError
-from headlab.pruning.tasks import NAMES, PLACES, TEMPLATES, THINGS
 
 PARTS = ("discovery", "held-out")
 #: draws tried per prompt before a generator gives up on the tokenizer

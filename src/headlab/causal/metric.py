@@ -11,6 +11,7 @@ import torch
 from headlab.causal.tasks import Task
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
+from headlab.models.runner import last_logits as logits_at_end
 
 Method = Literal["activation", "attribution", "ig"]
 METHODS: tuple[str, ...] = ("activation", "attribution", "ig")
@@ -22,8 +23,6 @@ MAX_ROWS = 256
 
 def last_logits(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     """Next-token logits ``(R, V)`` at the last position of ``ids`` ``(R, T)``."""
-    from headlab.pruning.tasks import last_logits as logits_at_end
-
     return logits_at_end(lm, ids)
 
 

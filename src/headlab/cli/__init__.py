@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from headlab import __version__
+from headlab._version import __version__
 from headlab.cli import compose, experiment, heads, patch, prune, report, roles, serve, spec, train
 from headlab.errors import HeadlabError
 

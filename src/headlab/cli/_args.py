@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import Any
 
 #: seeds go to torch and to NumPy-style generators: both take every value below 2^32
 MAX_SEED = 2**32 - 1
@@ -64,3 +65,27 @@ def number(low: float | None = None, high: float | None = None) -> Callable[[str
 
 
 seed = integer(0, MAX_SEED)
+
+
+def chosen_layers(
+    args: argparse.Namespace,
+    lm: Any,
+    layers: list[int],
+    what: str = "layers",
+    flat: list[int] | None = None,
+) -> list[int]:
+    """``--layer`` (default all of ``layers``), checked, and ``--head`` checked."""
+    from headlab.errors import InputError
+
+    chosen = args.layer or layers
+    for layer in chosen:
+        if layer not in layers:
+            raise InputError(
+                f"--layer {layer} out of range: {lm.name} has {what} 0..{len(layers) - 1}"
+            )
+    counts = lm.layout.heads_per_layer  # fewer in some layers of a model pruned layer by layer
+    most = max(counts[flat[layer] if flat else layer] for layer in chosen)
+    for head in args.head or []:
+        if not 0 <= head < most:
+            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
+    return chosen

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from headlab.cli._args import integer, text
+from headlab.cli._args import chosen_layers, integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
 from headlab.cli.heads_image import add_image_arguments, run_image
@@ -300,30 +300,6 @@ def _moment(word: str, positions: Any, folder: Any, sound: Any) -> str:
     if at >= sound.seconds or index >= len(positions.words) or positions.is_special[index]:
         raise InputError(f"{word!r} is past the end of the sound ({sound.seconds:.3f} s)")
     return str(positions.words[index])
-
-
-def chosen_layers(
-    args: argparse.Namespace,
-    lm: Any,
-    layers: list[int],
-    what: str = "layers",
-    flat: list[int] | None = None,
-) -> list[int]:
-    """``--layer`` (default all of ``layers``), checked, and ``--head`` checked."""
-    from headlab.errors import InputError
-
-    chosen = args.layer or layers
-    for layer in chosen:
-        if layer not in layers:
-            raise InputError(
-                f"--layer {layer} out of range: {lm.name} has {what} 0..{len(layers) - 1}"
-            )
-    counts = lm.layout.heads_per_layer  # fewer in some layers of a model pruned layer by layer
-    most = max(counts[flat[layer] if flat else layer] for layer in chosen)
-    for head in args.head or []:
-        if not 0 <= head < most:
-            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
-    return chosen
 
 
 def _print(

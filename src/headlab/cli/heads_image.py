@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headlab.cli._args import chosen_layers
 from headlab.cli._model import load_model
 from headlab.cli._output import console, emit_json
 
@@ -65,7 +66,6 @@ def add_image_arguments(p: argparse.ArgumentParser) -> None:
 def run_image(args: argparse.Namespace) -> int:
     """``headlab heads --image FILE``: the options first (quick errors), then the image, the
     model, its image processor, one forward pass."""
-    from headlab.cli.heads import chosen_layers  # heads.py imports this module
     from headlab.errors import InputError, ModalityError
     from headlab.explore.table import each_head
     from headlab.models.images import open_image, patch_attention, pixel_values

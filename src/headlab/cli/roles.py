@@ -76,7 +76,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="the same as --dtype bfloat16: model and q k^T in bfloat16, softmax and statistics "
         "in float32 (faster on CPUs with AMX; scores move by well under 0.01, see "
-        "benchmarks/RESULTS.md)",
+        "benchmarks/HISTORY.md)",
     )
     p.add_argument(
         "--batch-tokens",

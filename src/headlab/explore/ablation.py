@@ -83,7 +83,7 @@ def next_tokens(
     Raises:
         InputError: the model is not causal, or was loaded without its language-model head.
     """
-    from headlab.pruning.tasks import last_logits
+    from headlab.models.runner import last_logits
 
     if not lm.causal:
         raise InputError(f"{lm.name} is an encoder: it predicts no next token")
@@ -113,7 +113,7 @@ def ablation_effect(
     Raises:
         InputError: a layer or head out of range, ``k`` below 1, ``other`` given to a decoder.
     """
-    from headlab.pruning.metrics import embed
+    from headlab.models.embeddings import embed
 
     if k < 1:
         raise InputError(f"k must be at least 1, got {k}")

@@ -29,7 +29,7 @@ HEAD_KEYS = ("layer", "head", "role", "roles", "detail", "score", "baseline", "m
 
 def cached_roles_path(model: str) -> Path:
     """Where the explorer looks for a cached roles run of the model named ``model``."""
-    from headlab.models.gguf import cache_root
+    from headlab.cache import cache_root
 
     return cache_root() / "roles" / f"{model.replace('/', '--')}.json"
 

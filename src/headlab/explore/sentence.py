@@ -130,7 +130,7 @@ class SentenceHeads:
 
     def _repr_html_(self) -> str:
         """The grid and the pattern view as one self-contained block (Jupyter shows it)."""
-        from headlab.report.explorer import notebook_html
+        from headlab.page.explorer import notebook_html
 
         return notebook_html(self.to_json())
 

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from headlab.cache import cache_root
 from headlab.errors import ModelLoadError, UnsupportedModelError
 
 #: the bundled decoder: ``(package, file inside it, pip command)``
@@ -44,17 +45,6 @@ MAGIC = b"GGUF"
 SOURCE = "headlab-gguf.json"
 #: bumped when the conversion changes, so that older folders convert anew
 CONVERSION_VERSION = 1
-
-
-def cache_root() -> Path:
-    """Where headlab keeps what it computes once: ``$HEADLAB_CACHE``, else
-    ``$XDG_CACHE_HOME/headlab``, else ``~/.cache/headlab``."""
-    explicit = os.environ.get("HEADLAB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "headlab"
 
 
 def smollm2_file() -> Path:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headlab.native import kernels, parallel
+from headlab.native.build import kernels, parallel
 
 
 def pointer(t: torch.Tensor) -> int:

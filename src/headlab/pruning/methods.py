@@ -13,20 +13,19 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel, wrap
 from headlab.progress import Prefixed, Progress, stage
+from headlab.pruning.inputs import build_metrics, counts_after, perplexity_halves
 from headlab.pruning.l0 import GateResult, check_batches, train_gates
 from headlab.pruning.metrics import FidelityMetric, Metric, PerplexityMetric, StsbMetric
 from headlab.pruning.progressive import CurvePoint, PruneSearch, Scorer
 from headlab.pruning.recovery import RecoveryConfig, recover
-
-if TYPE_CHECKING:
-    from headlab.pruning.workflow import PruneOptions
+from headlab.pruning.results import CURVE_FRACTION, PruneOptions, PruneResult
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +43,6 @@ def training_data(lm: LoadedModel, options: PruneOptions, importance: Metric) ->
     if isinstance(importance, PerplexityMetric):
         data: Metric = importance
     elif isinstance(importance, IoiMetric):  # its prompts are few and alike: the LM loss
-        from headlab.pruning.workflow import perplexity_halves
-
         data = perplexity_halves(lm, options)[1]
     else:
         if options.text is not None:
@@ -106,7 +103,6 @@ def kv_costs(lm: LoadedModel, search: PruneSearch) -> dict[str, Any]:
     ``search``: bytes per token, and bytes of one sequence at the model's context (its
     ``max_position_embeddings``, or 8,192 tokens when it states none; sliding-window layers
     keep only their window), in the model's dtype."""
-    from headlab.pruning.workflow import _counts_after
     from headlab.spec.costs import compute_spec
     from headlab.spec.layout import MAX_POSITIONS
 
@@ -114,7 +110,7 @@ def kv_costs(lm: LoadedModel, search: PruneSearch) -> dict[str, Any]:
     context = min(lm.max_positions or 8192, MAX_POSITIONS)
     per_token, at_context = [], []
     for point in search.points:
-        heads, kv = _counts_after(lm, point)
+        heads, kv = counts_after(lm, point)
         layout = replace(lm.layout, heads_per_layer=tuple(heads), kv_heads_per_layer=tuple(kv))
         spec = compute_spec(layout, context=context, dtype=dtype)
         per_token.append(spec.kv_cache_bytes_per_token)
@@ -212,7 +208,6 @@ def compare_methods(
     ``progress`` is told of each method's stages, named after the method.
     """
     from headlab.pruning.progressive import progressive_prune
-    from headlab.pruning.workflow import CURVE_FRACTION, PruneResult, build_metrics
 
     options.check()
     if evaluation is None or importance is None:

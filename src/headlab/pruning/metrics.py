@@ -10,7 +10,7 @@ metric's own units: Spearman points (x100), fidelity points (mean cosine x100), 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,11 +18,9 @@ import torch
 
 from headlab.datasets.stsb import StsPair
 from headlab.errors import InputError
-from headlab.models.capture import HeadCapture
+from headlab.models.embeddings import Removed, ablated, embed, last_hidden, mean_pool
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import encode
-
-Removed = Mapping[int, Sequence[int]]
 
 
 def spearman(x: Sequence[float] | torch.Tensor, y: Sequence[float] | torch.Tensor) -> float:
@@ -63,58 +61,6 @@ def gate_hooks(lm: LoadedModel, gates: torch.Tensor | Callable[[], torch.Tensor]
 
         handles.append(h.out_proj.register_forward_pre_hook(hook))
     return handles
-
-
-def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of real tokens' states ``(B, E)``, L2-normalised (sentence-transformers' pooling)."""
-    m = mask[..., None].to(hidden.dtype)
-    pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
-    return torch.nn.functional.normalize(pooled, dim=-1)
-
-
-def embed(
-    lm: LoadedModel, texts: Sequence[str], *, removed: Removed | None = None, batch: int = 64
-) -> torch.Tensor:
-    """Sentence embeddings ``(N, E)`` with ``removed`` heads zero-ablated."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    chunks = []
-    with torch.inference_mode(), _ablated(lm, removed):
-        for lo in range(0, len(order), batch):
-            idx = order[lo : lo + batch]
-            inputs = encode(lm, [texts[i] for i in idx])
-            hidden = _hidden(lm, lm.model(**inputs))
-            chunks.append((idx, mean_pool(hidden, inputs["attention_mask"]).float().cpu()))
-    out = torch.empty(len(texts), chunks[0][1].shape[-1])
-    for idx, emb in chunks:
-        out[idx] = emb
-    return out
-
-
-def _hidden(lm: LoadedModel, output: Any) -> torch.Tensor:
-    hidden = getattr(output, "last_hidden_state", None)
-    if hidden is None:
-        hidden = output.hidden_states[-1]
-    return hidden
-
-
-class _ablated:
-    """Zero-ablation of removed heads (no capture), or nothing."""
-
-    def __init__(self, lm: LoadedModel, removed: Removed | None) -> None:
-        active = {k: list(v) for k, v in (removed or {}).items() if list(v)}
-        self.cap = (
-            HeadCapture(lm, ablate=active, record_queries_keys=False, record_head_outputs=False)
-            if active
-            else None
-        )
-
-    def __enter__(self) -> None:
-        if self.cap is not None:
-            self.cap.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.cap is not None:
-            self.cap.__exit__(*exc)
 
 
 class Metric(Protocol):
@@ -160,8 +106,8 @@ class StsbMetric:
             chunk = self.pairs[lo : lo + self.batch]
             a = encode(lm, [p.first for p in chunk])
             b = encode(lm, [p.second for p in chunk])
-            ua = mean_pool(_hidden(lm, lm.model(**a)), a["attention_mask"])
-            ub = mean_pool(_hidden(lm, lm.model(**b)), b["attention_mask"])
+            ua = mean_pool(last_hidden(lm, lm.model(**a)), a["attention_mask"])
+            ub = mean_pool(last_hidden(lm, lm.model(**b)), b["attention_mask"])
             gold = torch.tensor([p.score / 5.0 for p in chunk], device=ua.device)
             yield ((ua * ub).sum(-1) - gold).pow(2).mean()
 
@@ -190,7 +136,7 @@ class FidelityMetric:
     ) -> Iterator[torch.Tensor]:
         for lo in range(0, len(self.texts), self.batch)[part[0] :: part[1]]:
             inputs = encode(lm, self.texts[lo : lo + self.batch])
-            emb = mean_pool(_hidden(lm, lm.model(**inputs)), inputs["attention_mask"])
+            emb = mean_pool(last_hidden(lm, lm.model(**inputs)), inputs["attention_mask"])
             ref = self.reference[lo : lo + self.batch].to(emb.device)
             yield (1.0 - (emb * ref).sum(-1)).mean()
 
@@ -237,6 +183,6 @@ class PerplexityMetric:
     def evaluate(self, lm: LoadedModel, removed: Removed | None = None) -> float:
         if lm.model.get_output_embeddings() is None:
             raise InputError("perplexity needs the model loaded with its language-model head")
-        with torch.inference_mode(), _ablated(lm, removed):
+        with torch.inference_mode(), ablated(lm, removed):
             nll = [float(x) for x in self.loss_batches(lm)]
         return math.exp(sum(nll) / len(nll))

@@ -18,68 +18,28 @@ of the name list), so importance is never scored on the names the curve is measu
 
 from __future__ import annotations
 
-import inspect
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
+from headlab.datasets.ioi import (  # noqa: F401  (re-exported)
+    NAMES,
+    PLACES,
+    TEMPLATES,
+    THINGS,
+    IoiPrompt,
+    ioi_prompts,
+    single_token_names,
+)
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
-from headlab.pruning.metrics import Removed, _ablated
+from headlab.models.runner import last_logits
+from headlab.pruning.metrics import Removed, ablated
 
-NAMES = (
-    "Mary", "John", "Tom", "James", "Sarah", "Anna", "Mike", "David", "Lisa", "Kate",
-    "Paul", "Emma", "Alice", "Bob", "Peter", "Jack", "Lucy", "Dan", "Sam", "Max",
-    "Ben", "Amy", "Rose", "Jane", "Mark", "Adam", "Ryan", "Laura",
-)  # fmt: skip
-#: ``{io}``/``{s}``: the names; the subject ``{s}`` is repeated, the prompt ends before the answer
-TEMPLATES = (
-    "When {a} and {b} went to the {place}, {s} gave a {thing} to",
-    "Then, {a} and {b} went to the {place}. {s} gave a {thing} to",
-    "After {a} and {b} went to the {place}, {s} gave a {thing} to",
-    "While {a} and {b} were working at the {place}, {s} gave a {thing} to",
-    "Friends {a} and {b} went to the {place}. {s} gave a {thing} to",
-)
-PLACES = ("store", "park", "school", "hospital", "office", "station")
-THINGS = ("drink", "book", "ring", "letter", "bag", "gift")
 #: prompts of ``headlab prune --metric ioi``: evaluation and importance
 EVAL_PROMPTS = 64
 IMPORTANCE_PROMPTS = 32
-
-
-@dataclass(frozen=True, kw_only=True)
-class IoiPrompt:
-    text: str
-    io: str  # the indirect object, the right answer
-    s: str  # the subject, the wrong one
-
-
-def ioi_prompts(names: list[str], n: int, *, seed: int = 0) -> list[IoiPrompt]:
-    """``n`` prompts from :data:`TEMPLATES` with pairs of distinct ``names``, half ABBA and half
-    BABA, the same for the same arguments."""
-    if len(set(names)) < 2:
-        raise InputError(f"IOI prompts need at least 2 distinct names, got {names}")
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        io, s = rng.sample(names, 2)
-        a, b = (io, s) if i % 2 == 0 else (s, io)  # ABBA, then BABA
-        text = TEMPLATES[i % len(TEMPLATES)].format(
-            a=a, b=b, s=s, place=rng.choice(PLACES), thing=rng.choice(THINGS)
-        )
-        out.append(IoiPrompt(text=text, io=io, s=s))
-    return out
-
-
-def single_token_names(tokenizer: object, names: tuple[str, ...] = NAMES) -> list[str]:
-    """The names that ``tokenizer`` encodes, after a space, as one token each."""
-    return [
-        name
-        for name in names
-        if len(tokenizer(" " + name, add_special_tokens=False)["input_ids"]) == 1  # type: ignore[operator]
-    ]
 
 
 @dataclass
@@ -153,7 +113,7 @@ class IoiMetric:
             yield -diff.mean()
 
     def evaluate(self, lm: LoadedModel, removed: Removed | None = None) -> float:
-        with torch.inference_mode(), _ablated(lm, removed):
+        with torch.inference_mode(), ablated(lm, removed):
             diffs = torch.cat(list(self._differences(lm, (0, 1))))
         return float(diffs.mean())
 
@@ -165,19 +125,3 @@ def _encode(tokenizer: object, text: str) -> list[int]:
     full = tokenizer(text)["input_ids"]  # type: ignore[operator]
     prefix = full[: len(full) - len(plain)] if full[len(full) - len(plain) :] == plain else []
     return [*prefix, *plain]
-
-
-def last_logits(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
-    """Next-token logits ``(B, V)`` at the last position of ``ids`` ``(B, T)``.
-
-    Only the last position goes through the language-model head when the model's forward takes
-    ``logits_to_keep`` (the head of a 49k-token vocabulary is a fifth of SmolLM2's forward).
-
-    Raises:
-        InputError: the model was loaded without its language-model head.
-    """
-    if lm.model.get_output_embeddings() is None:
-        raise InputError(f"{lm.name} was loaded without its language-model head")
-    keep = "logits_to_keep" in inspect.signature(lm.model.forward).parameters
-    out = lm.model(input_ids=ids, **({"logits_to_keep": 1} if keep else {}))
-    return out.logits[:, -1]

@@ -16,6 +16,7 @@ from headlab import distributed
 from headlab.errors import InputError, OutputExistsError, PruningError
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress
+from headlab.pruning.inputs import build_metrics, counts_after, perplexity_halves
 from headlab.pruning.metrics import Metric
 from headlab.pruning.progressive import CurvePoint, PruneSearch
 from headlab.pruning.results import (
@@ -49,71 +50,9 @@ __all__ = [
 ]
 
 
-def build_metrics(lm: LoadedModel, options: PruneOptions) -> tuple[Metric, Metric, Any]:
-    """The evaluation metric, the importance metric, and a batch to time forwards on."""
-    from headlab.datasets import read_stsb, sample_path
-    from headlab.models import encode
-    from headlab.pruning.metrics import FidelityMetric, StsbMetric
-    from headlab.pruning.tasks import EVAL_PROMPTS, IMPORTANCE_PROMPTS, IoiMetric
-
-    metric = options.metric or ("perplexity" if lm.causal else "stsb")
-    if metric == "perplexity":
-        evaluation, importance = perplexity_halves(lm, options)
-        return evaluation, importance, {"input_ids": evaluation.windows[:8].to(lm.device)}
-    if metric == "ioi":
-        evaluation = IoiMetric.build(lm, n=options.limit or EVAL_PROMPTS, part="evaluation")
-        importance = IoiMetric.build(lm, n=IMPORTANCE_PROMPTS, part="importance")
-        return evaluation, importance, {"input_ids": evaluation.batches[0][0].to(lm.device)}
-    if lm.causal:
-        raise InputError(f"--metric {metric} needs an encoder; {lm.name} is a causal model")
-    pairs = read_stsb(options.stsb or sample_path("stsb"), limit=options.limit)
-    if options.importance_stsb:
-        imp_pairs = read_stsb(options.importance_stsb, limit=options.limit)
-        eval_pairs = pairs
-    else:
-        imp_pairs = [p for i, p in enumerate(pairs) if i % 3 == 0]
-        eval_pairs = [p for i, p in enumerate(pairs) if i % 3 != 0]
-    if options.importance_pairs is not None:
-        stride = max(1, len(imp_pairs) // options.importance_pairs)
-        imp_pairs = imp_pairs[::stride][: options.importance_pairs]
-    probe = encode(lm, [p.first for p in eval_pairs[:64]])
-    if metric == "stsb":
-        return StsbMetric(eval_pairs), StsbMetric(imp_pairs), probe
-    eval_texts = [p.first for p in eval_pairs] + [p.second for p in eval_pairs]
-    imp_texts = [p.first for p in imp_pairs] + [p.second for p in imp_pairs]
-    return FidelityMetric.build(lm, eval_texts), FidelityMetric.build(lm, imp_texts), probe
-
-
-def perplexity_halves(lm: LoadedModel, options: PruneOptions) -> tuple[Any, Any]:
-    """Perplexity on the second half of ``options.text`` (default: the bundled TinyShakespeare
-    sample, 9.8k characters) and, for importance, on its first half."""
-    from headlab.datasets import sample_path
-    from headlab.pruning.metrics import PerplexityMetric
-
-    source = options.text or sample_path("shakespeare")
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read --text {source}: {exc}") from None
-    half = len(text) // 2
-    return PerplexityMetric.from_text(lm, text[half:]), PerplexityMetric.from_text(lm, text[:half])
-
-
 def _native(lm: LoadedModel, heads: list[int], kv_heads: list[int]) -> bool:
     config = lm.model.config.to_dict()
     return lm.adapter.native_config(config, heads, kv_heads, lm.head_dim) is not None
-
-
-def _counts_after(lm: LoadedModel, point: CurvePoint) -> tuple[list[int], list[int]]:
-    heads, kv = list(lm.layout.heads_per_layer), list(lm.layout.kv_heads_per_layer)
-    for layer, removed in point.removed.items():
-        group = heads[layer] // kv[layer]
-        heads[layer] -= len(removed)
-        if kv[layer] != lm.layout.heads_per_layer[layer]:
-            kv[layer] -= len(removed) // group
-        else:
-            kv[layer] = heads[layer]
-    return heads, kv
 
 
 def _check_compatible(lm: LoadedModel, options: PruneOptions) -> None:
@@ -246,7 +185,7 @@ def _compatible_choice(lm: LoadedModel, search: PruneSearch) -> tuple[PruneSearc
     """The last point up to the chosen one that transformers can load (or a PruningError)."""
     candidates = [p for p in search.points if p.step <= search.chosen.step and p.step > 0]
     for point in reversed(candidates):
-        if _native(lm, *_counts_after(lm, point)):
+        if _native(lm, *counts_after(lm, point)):
             if point is search.chosen:
                 return search, None
             note = (

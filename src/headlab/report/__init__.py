@@ -15,10 +15,10 @@ from typing import Any
 
 from headlab.models.loading import LoadedModel
 from headlab.outputs import atomic_folder, check_output
+from headlab.page.html import render
 from headlab.progress import Progress, stage
 from headlab.report import figures
 from headlab.report.data import gather
-from headlab.report.html import render
 from headlab.report.ledger import ledger_markdown
 from headlab.roles.measure import RoleReport
 

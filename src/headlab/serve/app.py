@@ -3,7 +3,7 @@
 =================== ======= ===================================================================
 path                method  answer
 =================== ======= ===================================================================
-``/``               GET     the page (:mod:`headlab.report.explorer`)
+``/``               GET     the page (:mod:`headlab.page.explorer`)
 ``/api/models``     GET     the picker's models, the input limits, the opening sentence
 ``/api/sentence``   POST    ``{model, text, word?}``: every head's pattern (``headlab.sentence/1``)
 ``/api/heads``      GET/POST the table of ``headlab heads TEXT --json``, same keys and values
@@ -120,7 +120,7 @@ class Explorer:
             return json_response({"error": str(exc)}, 400)
 
     def page(self) -> Response:
-        from headlab.report.explorer import page
+        from headlab.page.explorer import page
 
         if self._page is None:
             self._page = page()

@@ -14,8 +14,8 @@ import secrets
 from importlib.resources import files
 from typing import Any
 
-from headlab import __version__
-from headlab.report.html import content_security_policy, fill, safe_json
+from headlab._version import __version__
+from headlab.page.html import content_security_policy, fill, safe_json
 
 #: the scripts of the page and of the notebook view, joined in order inside one function
 PAGE_SCRIPTS = ("draw.js", "heads.js", "explorer.js")
@@ -23,7 +23,7 @@ NOTEBOOK_SCRIPTS = ("draw.js", "heads.js")
 
 
 def _asset(name: str) -> str:
-    return (files("headlab.report") / "assets" / name).read_text(encoding="utf-8")
+    return (files("headlab.page") / "assets" / name).read_text(encoding="utf-8")
 
 
 def page() -> tuple[str, str]:

@@ -16,7 +16,7 @@ import re
 from importlib.resources import files
 from typing import Any
 
-from headlab import __version__
+from headlab._version import __version__
 
 
 def safe_json(data: Any) -> str:
@@ -28,7 +28,7 @@ def safe_json(data: Any) -> str:
 
 def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
     """The page for ``data``, with ``figures`` given as ``(relative path, caption)``."""
-    assets = files("headlab.report") / "assets"
+    assets = files("headlab.page") / "assets"
     template = (assets / "template.html").read_text(encoding="utf-8")
     figure_html = "\n".join(
         f'<figure><img src="{html.escape(path)}" alt="{html.escape(caption)}">'

@@ -1,6 +1,6 @@
 // headlab report: everything below builds DOM nodes with textContent, never innerHTML, so any
 // text from the model, the data or the user shows as text. draw.js, this file, tables.js and
-// decoder.js are parts of one function (headlab.report.html joins them): they share its names.
+// decoder.js are parts of one function (headlab.page.html joins them): they share its names.
 const data = JSON.parse(document.getElementById("headlab-data").textContent);
 // each role's colour and letter come with the data, so a role headlab adds shows up here too
 const COLOURS = {}, LETTERS = {};

@@ -1,0 +1,69 @@
+"""Sentence embeddings of an encoder with some heads zero-ablated: mean pooling as
+sentence-transformers pools, and the ablation context the pruning metrics and the explorer's
+ablation share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from headlab.models.capture import HeadCapture
+from headlab.models.loading import LoadedModel
+from headlab.models.runner import encode
+
+#: heads removed per layer: ``{layer: [head, ...]}``
+Removed = Mapping[int, Sequence[int]]
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of real tokens' states ``(B, E)``, L2-normalised (sentence-transformers' pooling)."""
+    m = mask[..., None].to(hidden.dtype)
+    pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
+def embed(
+    lm: LoadedModel, texts: Sequence[str], *, removed: Removed | None = None, batch: int = 64
+) -> torch.Tensor:
+    """Sentence embeddings ``(N, E)`` with ``removed`` heads zero-ablated."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    chunks = []
+    with torch.inference_mode(), ablated(lm, removed):
+        for lo in range(0, len(order), batch):
+            idx = order[lo : lo + batch]
+            inputs = encode(lm, [texts[i] for i in idx])
+            hidden = last_hidden(lm, lm.model(**inputs))
+            chunks.append((idx, mean_pool(hidden, inputs["attention_mask"]).float().cpu()))
+    out = torch.empty(len(texts), chunks[0][1].shape[-1])
+    for idx, emb in chunks:
+        out[idx] = emb
+    return out
+
+
+def last_hidden(lm: LoadedModel, output: Any) -> torch.Tensor:
+    hidden = getattr(output, "last_hidden_state", None)
+    if hidden is None:
+        hidden = output.hidden_states[-1]
+    return hidden
+
+
+class ablated:
+    """Zero-ablation of removed heads (no capture), or nothing."""
+
+    def __init__(self, lm: LoadedModel, removed: Removed | None) -> None:
+        active = {k: list(v) for k, v in (removed or {}).items() if list(v)}
+        self.cap = (
+            HeadCapture(lm, ablate=active, record_queries_keys=False, record_head_outputs=False)
+            if active
+            else None
+        )
+
+    def __enter__(self) -> None:
+        if self.cap is not None:
+            self.cap.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cap is not None:
+            self.cap.__exit__(*exc)

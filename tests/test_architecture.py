@@ -1,0 +1,195 @@
+"""The floors of docs/architecture.md hold: no module imports from a floor above its own or from
+another package of its own floor, and no import circle, counting imports inside functions.
+
+Read from the source with :mod:`ast` (nothing is imported), so a new upward import fails here with
+the module, the line and the floors involved."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+#: each top-level module or package of headlab and its floor (docs/architecture.md)
+FLOORS = {
+    "_version": 0,
+    "errors": 0,
+    "cache": 0,
+    "outputs": 1,
+    "progress": 1,
+    "spec": 1,
+    "datasets": 1,
+    "native": 1,
+    "attention": 2,
+    "models": 3,
+    "distributed": 3,
+    "roles": 4,
+    "pruning": 4,
+    "causal": 4,
+    "training": 4,
+    "experiments": 4,
+    "page": 5,
+    "report": 6,
+    "explore": 6,
+    "serve": 7,
+    "cli": 8,
+    "__main__": 9,  # python -m headlab: the CLI
+    "": 9,  # headlab/__init__.py: the facade, imports anything on use
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # headlab.x.y
+    target: str  # headlab.a.b (a module, or the package the name came from)
+    line: int
+    in_function: bool
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((SRC / "headlab").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(mods: dict[str, Path]) -> Iterator[Import]:
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for found in _walk(tree, name, package, mods, in_function=False):
+            if found.target == "headlab" or found.target.startswith("headlab."):
+                yield found
+
+
+def _walk(
+    node: ast.AST, name: str, package: str, mods: dict[str, Path], *, in_function: bool
+) -> Iterator[Import]:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Import):
+            for alias in child.names:
+                yield Import(name, alias.name, child.lineno, in_function)
+        elif isinstance(child, ast.ImportFrom):
+            if child.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - child.level + 1]
+                prefix = ".".join([*base, *([child.module] if child.module else [])])
+            else:
+                prefix = child.module or ""
+            for alias in child.names:
+                full = f"{prefix}.{alias.name}"
+                target = full if full in mods else prefix
+                yield Import(name, target, child.lineno, in_function)
+        else:
+            inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            yield from _walk(child, name, package, mods, in_function=inside)
+
+
+def top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+MODULES = modules()
+IMPORTS = list(imports(MODULES))
+
+
+def test_every_package_has_a_floor() -> None:
+    missing = sorted({top(m) for m in MODULES} - set(FLOORS))
+    assert not missing, f"give these a floor in FLOORS and docs/architecture.md: {missing}"
+
+
+def test_no_import_goes_up_or_sideways() -> None:
+    wrong = []
+    for imp in IMPORTS:
+        here, there = top(imp.source), top(imp.target)
+        if here == there:
+            continue
+        if FLOORS[there] > FLOORS[here] or (FLOORS[there] == FLOORS[here] and FLOORS[here] > 0):
+            where = MODULES[imp.source].relative_to(SRC)
+            wrong.append(
+                f"{where}:{imp.line} imports {imp.target} "
+                f"(floor {FLOORS[here]} {here or 'headlab'} -> floor {FLOORS[there]} {there})"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_circles() -> None:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in IMPORTS:
+        if imp.target in MODULES and imp.source != "headlab":  # the facade imports on use
+            graph[imp.source].add(imp.target)
+    circles = _strongly_connected(graph)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively; components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": set(), "c": {"b"}}, []),
+    ],
+)
+def test_the_circle_finder_finds_circles(
+    graph: dict[str, set[str]], expected: list[list[str]]
+) -> None:
+    assert [sorted(c) for c in _strongly_connected(graph)] == expected
+
+
+def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
+    """An import from a floor above, written into a copy of a module, is found."""
+    fake = {"headlab.models.x": tmp_path / "x.py", "headlab.report.y": tmp_path / "y.py"}
+    fake["headlab.models.x"].write_text("def f():\n    from headlab.report.y import g\n")
+    fake["headlab.report.y"].write_text("g = 1\n")
+    found = list(imports(fake))
+    assert found == [Import("headlab.models.x", "headlab.report.y", 2, True)]

@@ -12,6 +12,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+#: bootstrap resamples ``roles`` and ``report`` take: headlab.roles.workflow.MAX_REPLICATES,
+#: repeated so that parsing never imports torch (a test keeps the two equal)
+MAX_REPLICATES = 100_000
+
 #: seeds go to torch and to NumPy-style generators: both take every value below 2^32
 MAX_SEED = 2**32 - 1
 

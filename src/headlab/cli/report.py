@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from headlab.cli._args import integer, text
+from headlab.cli._args import MAX_REPLICATES, integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, text_side
 from headlab.cli._output import data_notes, native_note
 from headlab.cli._progress import progress_for
@@ -61,7 +62,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--replicates",
-        type=integer(0, 100_000),
+        type=integer(0, MAX_REPLICATES),
         default=100,
         help="bootstrap resamples (default 100)",
     )
@@ -149,14 +150,10 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
     from headlab.errors import InputError
     from headlab.report import write_report
-    from headlab.roles import RoleOptions, measure_roles
-    from headlab.roles.folds import default_reliability, no_folds_reason
+    from headlab.roles.workflow import keep_roles, read_gold, run_roles
 
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit must be at least 1, got {args.limit}")
     pruning = None
     if args.pruning:
         from headlab.pruning.workflow import read_pruning_json
@@ -192,16 +189,13 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    gold = read_treebank(args.treebank or sample_path("treebank"), limit=args.limit)
-    treebank = gold.sentences
-    gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
-    folds = args.reliability
-    folds_off = None
-    if folds is None:  # by default, when the data has enough documents for 5 folds
-        folds_off = no_folds_reason(treebank, None if gap is None else gap.examples)
-        folds = default_reliability(treebank, None if gap is None else gap.examples)
-    if folds == 1:
-        raise InputError("--reliability needs at least 2 folds (or 0 for none)")
+    gold = read_gold(
+        treebank=args.treebank,
+        gap=args.gap,
+        no_gap=args.no_gap,
+        limit=args.limit,
+        reliability=args.reliability,
+    )
     lm = text_side(load_model(args))  # an encoder-decoder's encoder, as roles measure it
     prune_options = None
     if args.prune and lm.causal:  # perplexity needs the language-model head
@@ -211,21 +205,19 @@ def run(args: argparse.Namespace) -> int:
     sentences, word = _viewer_sentences(args, lm.causal)
     if args.model is not None:  # now that the model, and so its sentences, are known
         _check_focus_word(word, sentences)
-    sentences += [" ".join(s.words) for s in treebank if 6 <= len(s.words) <= 25][:4]
+    sentences += [" ".join(s.words) for s in gold.treebank.sentences if 6 <= len(s.words) <= 25][:4]
     with progress_for(args, "headlab report") as progress:
         # with --full the roles are stage 1 of 4 (headlab.report.full counts the others)
-        roles = measure_roles(
+        roles = run_roles(
             lm,
             gold,
-            gap=gap,
-            frequencies=read_frequencies(sample_path("frequencies")),
-            options=RoleOptions(replicates=args.replicates, reliability=folds),
+            replicates=args.replicates,
             progress=Prefixed(progress, "stage 1/4, roles") if args.full else progress,
         )
-        data_notes("headlab report", roles.data, folds_off, roles.replicates)
-        from headlab.cli.roles import _keep_for_explorer
-
-        _keep_for_explorer(roles.to_json(), "headlab report")  # headlab serve shows it
+        data_notes("headlab report", roles.data, gold.folds_off, roles.replicates)
+        note = keep_roles(roles.to_json())  # headlab serve shows it
+        if note:
+            print(f"headlab report: note: {note}", file=sys.stderr, flush=True)
         if args.full:
             from headlab.report.full import measure_extras
 

@@ -9,14 +9,11 @@ import sys
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from headlab.cli._args import integer, seed, text
+from headlab.cli._args import MAX_REPLICATES, integer, seed, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device, text_side
 from headlab.cli._output import console, data_notes, emit_json, native_note
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
-
-#: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
-MAX_REPLICATES = 100_000
 
 
 def add_parser(sub: Any) -> None:
@@ -116,23 +113,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from headlab import distributed
-    from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
     from headlab.errors import InputError, ModalityError
-    from headlab.roles import RoleOptions, measure_roles
     from headlab.roles.checkpoint import Checkpoint
-    from headlab.roles.folds import default_reliability, no_folds_reason
+    from headlab.roles.workflow import keep_roles, read_gold, run_roles
 
-    if args.limit is not None and args.limit < 1:
-        raise InputError(f"--limit must be at least 1, got {args.limit}")
-    if args.replicates < 0:
-        raise InputError(f"--replicates must be 0 or more, got {args.replicates}")
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    gold = read_treebank(args.treebank or sample_path("treebank"), limit=args.limit)
-    gap = None if args.no_gap else read_gap(args.gap or sample_path("gap"), limit=args.limit)
-    frequencies = read_frequencies(args.frequencies or sample_path("frequencies"))
+    gold = read_gold(
+        treebank=args.treebank,
+        gap=args.gap,
+        no_gap=args.no_gap,
+        frequencies=args.frequencies,
+        limit=args.limit,
+        reliability=args.reliability,
+    )
     if args.bf16:
         if args.dtype not in ("float32", "bfloat16"):
             raise InputError(f"--bf16 is --dtype bfloat16; it contradicts --dtype {args.dtype}")
@@ -140,13 +136,6 @@ def _run(args: argparse.Namespace) -> int:
     checkpoint = None
     if args.checkpoint is not None:
         checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every)
-    folds = args.reliability
-    folds_off = None
-    if folds is None:  # by default, when the data has enough documents for 5 folds
-        folds_off = no_folds_reason(gold.sentences, None if gap is None else gap.examples)
-        folds = default_reliability(gold.sentences, None if gap is None else gap.examples)
-    if folds == 1:
-        raise InputError("--reliability needs at least 2 folds (or 0 for none)")
     try:
         lm = load_model(args)  # a dual encoder (CLIP) loads its text tower alone
     except ModalityError as exc:
@@ -162,25 +151,22 @@ def _run(args: argparse.Namespace) -> int:
         progress_for(args, "headlab roles") if writer else nullcontext(NO_PROGRESS)
     )
     with drawn as progress:
-        report = measure_roles(
+        report = run_roles(
             lm,
             gold,
-            gap=gap,
-            frequencies=frequencies,
-            options=RoleOptions(
-                replicates=args.replicates,
-                reliability=folds,
-                seed=args.seed,
-                batch_tokens=args.batch_tokens,
-            ),
+            replicates=args.replicates,
+            seed=args.seed,
+            batch_tokens=args.batch_tokens,
             checkpoint=checkpoint,
             progress=progress,
         )
     if not writer:
         _done(checkpoint)
         return 0
-    data_notes("headlab roles", report.data, folds_off, report.replicates)
-    _keep_for_explorer(report.to_json())
+    data_notes("headlab roles", report.data, gold.folds_off, report.replicates)
+    note = keep_roles(report.to_json())  # where headlab serve looks for it
+    if note:
+        print(f"headlab roles: note: {note}", file=sys.stderr, flush=True)
     if args.json:
         emit_json(report.to_json())
     elif args.csv:
@@ -189,15 +175,6 @@ def _run(args: argparse.Namespace) -> int:
         print_report(report)
     _done(checkpoint)
     return 0
-
-
-def _keep_for_explorer(data: dict[str, Any], prog: str = "headlab roles") -> None:
-    """Keep the run where ``headlab serve`` looks for it; a note when it cannot."""
-    from headlab.explore.roles import keep_roles
-
-    note = keep_roles(data)
-    if note:
-        print(f"{prog}: note: {note}", file=sys.stderr, flush=True)
 
 
 def _done(checkpoint: Any) -> None:

@@ -15,59 +15,21 @@ the note the page shows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from headlab.errors import DataFormatError, InputError
+from headlab.roles.results import read_roles_json
+from headlab.roles.workflow import cached_roles_path
 
-SCHEMA = "headlab.roles/1"
 #: what the page needs of each head of a roles run
 HEAD_KEYS = ("layer", "head", "role", "roles", "detail", "score", "baseline", "margin", "stability")
 
 
-def cached_roles_path(model: str) -> Path:
-    """Where the explorer looks for a cached roles run of the model named ``model``."""
-    from headlab.cache import cache_root
-
-    return cache_root() / "roles" / f"{model.replace('/', '--')}.json"
-
-
-def keep_roles(data: dict[str, Any]) -> str | None:
-    """Keep a roles run (``RoleReport.to_json()``) as its model's cached run, the one
-    ``headlab serve`` shows beside each head, written atomically. Every command that measures
-    roles (``headlab roles``, ``headlab report``) keeps its run. Returns ``None``, or a note
-    saying why the cache could not be written (that costs the note, not the run)."""
-    from headlab.outputs import write_text_atomic
-
-    path = cached_roles_path(str(data["model"]))
-    try:
-        write_text_atomic(path, json.dumps(data) + "\n")
-    except OSError as exc:
-        return f"cannot keep this run for headlab serve at {path} ({exc.strerror or exc})"
-    return None
-
-
 def read_roles(path: str | Path) -> dict[str, Any]:
-    """The JSON of ``headlab roles --json`` in ``path``, checked to be one.
-
-    Raises:
-        InputError: the file cannot be read.
-        DataFormatError: not JSON, or not the ``headlab.roles/1`` schema.
-    """
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read roles file {path}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataFormatError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise DataFormatError(f"{path}: expected the JSON of `headlab roles --json` ({SCHEMA})")
-    if not isinstance(data.get("heads"), list) or not isinstance(data.get("model"), str):
-        raise DataFormatError(f"{path}: a roles file needs its model and its heads")
-    return data
+    """The JSON of ``headlab roles --json`` in ``path`` (:func:`headlab.roles.results.read_roles_json`)."""
+    return read_roles_json(path)
 
 
 class RoleSources:

@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from headlab.errors import DataFormatError, InputError
 from headlab.roles.classify import LETTERS, ROLES, Thresholds
 from headlab.roles.probes.syntactic import RELATION_SET
+
+#: the JSON of ``headlab roles --json``: its schema, written and read here alone
+SCHEMA = "headlab.roles/1"
+
+
+def read_roles_json(
+    path: str | Path, what: str = "roles file", *, heads: bool = True
+) -> dict[str, Any]:
+    """The JSON of ``headlab roles --json`` in ``path``, checked to be one: its schema, and
+    with ``heads`` its model and heads (a relation table needs neither).
+
+    Raises:
+        InputError: the file cannot be read.
+        DataFormatError: not JSON, or not the ``headlab.roles/1`` schema.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataFormatError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise DataFormatError(f"{path}: expected the JSON of `headlab roles --json` ({SCHEMA})")
+    if heads and (
+        not isinstance(data.get("heads"), list) or not isinstance(data.get("model"), str)
+    ):
+        raise DataFormatError(f"{path}: a roles file needs its model and its heads")
+    return data
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +159,7 @@ class RoleReport:
     def to_json(self) -> dict[str, Any]:
         """The stable JSON form (schema ``headlab.roles/1``; 0-based layer and head)."""
         return {
-            "schema": "headlab.roles/1",
+            "schema": SCHEMA,
             "model": self.model,
             "layers": self.n_layers,
             "heads_per_layer": self.n_heads,

@@ -19,7 +19,6 @@ the table's head is among the ``k`` heads that send the most attention to the de
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from headlab.errors import DataFormatError, InputError
 from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.words import find_word
-from headlab.roles.results import RelationRow
+from headlab.roles.results import RelationRow, read_roles_json
 
 HEAD_TO_DEPENDENT = "head_to_dependent"
 
@@ -288,14 +287,7 @@ def read_relation_table(path: str | Path, lm: LoadedModel) -> list[RelationRow]:
         InputError: measured on another model (name or head layout).
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read relation table {path}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataFormatError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != "headlab.roles/1":
-        raise DataFormatError(f"{path}: expected the JSON of `headlab roles --json`")
+    data = read_roles_json(path, "relation table", heads=False)
     if data.get("model") != lm.name:
         raise InputError(f"{path} was measured on {data.get('model')!r}, not on {lm.name!r}")
     layout = list(lm.layout.heads_per_layer)

@@ -1,0 +1,136 @@
+"""A roles run as ``headlab roles`` and ``headlab report`` both make it: the gold inputs (files
+given or the bundled samples), the folds by default, the measurement, and the run kept where
+``headlab serve`` looks for it.
+
+Example:
+    >>> from headlab.models import load
+    >>> from headlab.roles.workflow import keep_roles, read_gold, run_roles
+    >>> gold = read_gold()  # the bundled UD EWT, GAP and frequency samples
+    >>> report = run_roles(load(), gold)
+    >>> keep_roles(report.to_json())  # None, or why the cache could not be written
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from headlab.cache import cache_root
+from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
+from headlab.datasets.gap import GapData
+from headlab.datasets.treebank import TreebankData
+from headlab.errors import InputError
+from headlab.models.loading import LoadedModel
+from headlab.outputs import write_text_atomic
+from headlab.progress import Progress
+from headlab.roles.checkpoint import Checkpoint
+from headlab.roles.folds import default_reliability, no_folds_reason
+from headlab.roles.measure import RoleOptions, RoleReport, measure_roles
+
+#: bootstrap resamples: each costs memory per head; 100,000 is far past where estimates settle
+MAX_REPLICATES = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoldInputs:
+    """What a roles run measures on.
+
+    Attributes:
+        treebank: the gold sentences (positional, delimiter, broad, rare-token, syntactic).
+        gap: GAP rows for the coreference probe, or ``None`` (skipped).
+        frequencies: word counts for the rare-token probe.
+        folds: document folds to assign roles on too (0: none).
+        folds_off: why folds are off by default (``None`` when they are on or were chosen).
+    """
+
+    treebank: TreebankData
+    gap: GapData | None
+    frequencies: Counter[str]
+    folds: int
+    folds_off: str | None
+
+
+def read_gold(
+    *,
+    treebank: str | Path | None = None,
+    gap: str | Path | None = None,
+    no_gap: bool = False,
+    frequencies: str | Path | None = None,
+    limit: int | None = None,
+    reliability: int | None = None,
+) -> GoldInputs:
+    """The gold inputs of a roles run: each file given, else its bundled sample (UD English EWT
+    dev, GAP development, UD EWT train's word counts); ``limit`` sentences and GAP rows at most.
+    ``reliability``: folds of whole documents (``None``: 5 when every data set has 5
+    documents, else 0).
+
+    Raises:
+        InputError: a bad limit or fold count, a file that cannot be read.
+        DataFormatError: a file that is not what it should be.
+    """
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be at least 1, got {limit}")
+    gold = read_treebank(treebank or sample_path("treebank"), limit=limit)
+    rows = None if no_gap else read_gap(gap or sample_path("gap"), limit=limit)
+    counts = read_frequencies(frequencies or sample_path("frequencies"))
+    examples = None if rows is None else rows.examples
+    folds_off = None
+    if reliability is None:  # by default, when the data has enough documents for 5 folds
+        folds_off = no_folds_reason(gold.sentences, examples)
+        reliability = default_reliability(gold.sentences, examples)
+    if reliability == 1:
+        raise InputError("--reliability needs at least 2 folds (or 0 for none)")
+    return GoldInputs(
+        treebank=gold, gap=rows, frequencies=counts, folds=reliability, folds_off=folds_off
+    )
+
+
+def run_roles(
+    lm: LoadedModel,
+    gold: GoldInputs,
+    *,
+    replicates: int = 100,
+    seed: int = 0,
+    batch_tokens: int = 4096,
+    checkpoint: Checkpoint | None = None,
+    progress: Progress | None = None,
+) -> RoleReport:
+    """Measure every head of ``lm`` on ``gold`` (:func:`~headlab.roles.measure.measure_roles`).
+
+    Raises:
+        InputError: ``replicates`` out of range.
+    """
+    if not 0 <= replicates <= MAX_REPLICATES:
+        raise InputError(f"--replicates must be 0 to {MAX_REPLICATES:,}, got {replicates}")
+    return measure_roles(
+        lm,
+        gold.treebank,
+        gap=gold.gap,
+        frequencies=gold.frequencies,
+        options=RoleOptions(
+            replicates=replicates, reliability=gold.folds, seed=seed, batch_tokens=batch_tokens
+        ),
+        checkpoint=checkpoint,
+        progress=progress,
+    )
+
+
+def cached_roles_path(model: str) -> Path:
+    """Where the explorer looks for a cached roles run of the model named ``model``."""
+    return cache_root() / "roles" / f"{model.replace('/', '--')}.json"
+
+
+def keep_roles(data: dict[str, Any]) -> str | None:
+    """Keep a roles run (``RoleReport.to_json()``) as its model's cached run, the one
+    ``headlab serve`` shows beside each head, written atomically. Every command that measures
+    roles (``headlab roles``, ``headlab report``) keeps its run. Returns ``None``, or a note
+    saying why the cache could not be written (that costs the note, not the run)."""
+    path = cached_roles_path(str(data["model"]))
+    try:
+        write_text_atomic(path, json.dumps(data) + "\n")
+    except OSError as exc:
+        return f"cannot keep this run for headlab serve at {path} ({exc.strerror or exc})"
+    return None

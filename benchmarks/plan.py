@@ -210,7 +210,7 @@ def main() -> None:
             if mib >= 0.1:
                 print(f"{mib:9.2f} MiB  {op:28s} {shape!s:22s} {at}")
         return
-    from headlab.spec.plan import plan_memory
+    from headlab.layout.plan import plan_memory
 
     grid = GRID
     if args.only:

@@ -20,9 +20,9 @@ FLOORS = {
     "_version": 0,
     "errors": 0,
     "cache": 0,
-    "outputs": 1,
+    "outputs": 0,
     "progress": 1,
-    "spec": 1,
+    "layout": 1,
     "datasets": 1,
     "native": 1,
     "attention": 2,
@@ -32,14 +32,14 @@ FLOORS = {
     "pruning": 4,
     "causal": 4,
     "training": 4,
-    "experiments": 4,
-    "page": 5,
-    "report": 6,
-    "explore": 6,
-    "serve": 7,
-    "cli": 8,
-    "__main__": 9,  # python -m headlab: the CLI
-    "": 9,  # headlab/__init__.py: the facade, imports anything on use
+    "experiments": 5,
+    "page": 6,
+    "report": 7,
+    "explore": 7,
+    "serve": 8,
+    "cli": 9,
+    "__main__": 10,  # python -m headlab: the CLI
+    "": 10,  # headlab/__init__.py: the facade, imports anything on use
 }
 
 
@@ -193,3 +193,28 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
     fake["headlab.report.y"].write_text("g = 1\n")
     found = list(imports(fake))
     assert found == [Import("headlab.models.x", "headlab.report.y", 2, True)]
+
+
+#: functions still over the limit, at their present length: each may shrink, none may grow
+LONG_FUNCTIONS = {
+    "headlab/attention/blocks/stream.py:attention_blocks": 143,
+    "headlab/report/ledger.py:build_ledger": 163,
+    "headlab/models/loading.py:load": 169,
+    "headlab/cli/prune.py:add_parser": 128,
+    "headlab/roles/scoring.py:head_role": 143,
+}
+MAX_FUNCTION_LINES = 120
+
+
+def test_no_function_grows_past_120_lines() -> None:
+    long = []
+    for path in MODULES.values():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                where = f"{path.relative_to(SRC).as_posix()}:{node.name}"
+                if lines > LONG_FUNCTIONS.get(where, MAX_FUNCTION_LINES):
+                    long.append(f"{where} has {lines} lines (at most {MAX_FUNCTION_LINES})")
+    assert not long, "split these into named steps:\n" + "\n".join(long)

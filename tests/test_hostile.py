@@ -291,7 +291,7 @@ def test_command_line(
 def _call_cases() -> dict[str, tuple[Callable[[Path], Any], type[Exception], str]]:
     from headlab.attention import MultiHeadAttention
     from headlab.datasets import read_frequencies
-    from headlab.spec import layout_from_config
+    from headlab.layout import layout_from_config
     from headlab.training.language_model import LMRecipe
 
     def both_masks(_: Path) -> Any:

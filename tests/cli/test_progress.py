@@ -335,7 +335,7 @@ def test_prune_train_report_and_cost_report_stages(
 
 
 def test_one_vs_many_reports_every_training_run() -> None:
-    from headlab.training.experiment import GridConfig, one_vs_many
+    from headlab.experiments.one_vs_many import GridConfig, one_vs_many
 
     cfg = GridConfig(heads=(1, 2), seeds=(0,), binding_steps=3, tasks=("binding",))
     rec = Recorder()

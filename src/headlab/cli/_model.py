@@ -166,22 +166,7 @@ def text_side(lm: Any) -> Any:
 
 def has_lm_head(model: str) -> bool | None:
     """Whether ``--model`` names a causal language model with its head, told without loading
-    it: the bundled models and GGUF files are; a folder is when its ``config.json`` names a
-    ``...ForCausalLM`` or ``...LMHeadModel`` architecture; ``None`` for a cached model name."""
-    import json
-    from pathlib import Path
+    it (:func:`headlab.models.names.resolve`); ``None`` for a cached model name."""
+    from headlab.models.names import resolve
 
-    from headlab.models.gguf import is_gguf_path
-    from headlab.models.loading import BUNDLED
-
-    if model in BUNDLED or is_gguf_path(model):
-        return True
-    folder = Path(model)
-    if not folder.exists():
-        return None
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        names = config.get("architectures") or []
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return False  # load() says what is wrong with the folder
-    return any(str(n).endswith(("ForCausalLM", "LMHeadModel")) for n in names)
+    return resolve(model).causal

@@ -8,8 +8,9 @@ from typing import Any
 from headlab.cli._args import integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
+from headlab.models.names import DECODER
 
-DEFAULT_MODEL = "smollm2"
+DEFAULT_MODEL = DECODER
 
 
 def add_parser(sub: Any) -> None:

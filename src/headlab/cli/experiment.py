@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse(args, COST_ONLY, "cost")
     from headlab.cli._model import model_device
     from headlab.cli._progress import progress_for
-    from headlab.training.experiment import GridConfig, one_vs_many
+    from headlab.experiments.one_vs_many import GridConfig, one_vs_many
 
     device = str(model_device(args)) if args.device is not None else "cpu"
     if args.setting == "large":

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         given["backward"] = False
     if getattr(args, "model", None):
         from headlab.cli.spec import resolve_model
-        from headlab.spec import layout_from_config
+        from headlab.layout import layout_from_config
 
         if "width" in given:
             raise InputError("give --model (its width) or --width, not both")

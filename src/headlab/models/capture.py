@@ -124,40 +124,6 @@ def attention_pattern(
     )
 
 
-def _softcapped_weights(
-    rec: LayerRecord,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    heads: Sequence[int] | None,
-    rows: tuple[int, int] | None,
-    dtype: torch.dtype | None,
-) -> torch.Tensor:
-    """Attention weights with logit soft-capping (Gemma 2): ``softmax(c * tanh(q k^T s / c) +
-    mask)``, as the model's eager attention computes them. Shapes as :meth:`HeadCapture.pattern`."""
-    dtype = dtype or (torch.float64 if q.dtype == torch.float64 else torch.float32)
-    n_heads, n_queries, n_keys = q.shape[1], q.shape[2], k.shape[2]
-    idx = list(range(n_heads)) if heads is None else list(heads)
-    group = n_heads // k.shape[1]
-    start, stop = rows or (0, n_queries)
-    qs = q[:, idx, start:stop].to(dtype)  # (B, h, t, D)
-    ks = k[:, [h // group for h in idx]].to(dtype)  # (B, h, S, D)
-    cap = float(rec.softcap or 1.0)
-    scores = torch.tanh(qs @ ks.transpose(-1, -2) * rec.scaling / cap) * cap  # (B, h, t, S)
-    mask = rec.mask
-    if mask is not None:
-        mask = mask[..., start:stop, :] if mask.shape[-2] == n_queries else mask
-        if mask.shape[1] == n_heads:
-            mask = mask[:, idx]
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask.to(dtype)
-    if rec.is_causal:
-        pos = torch.arange(start, stop, device=q.device)[:, None] + (n_keys - n_queries)
-        scores = scores.masked_fill(torch.arange(n_keys, device=q.device) > pos, float("-inf"))
-    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
-
-
 class HeadCapture:
     """Context manager that captures (and optionally ablates) heads during forward passes.
 
@@ -320,8 +286,6 @@ class HeadCapture:
         rec, q, k = self._queries_keys(layer)
         if heads is not None:
             self._check_heads(layer, heads)
-        if rec.softcap is not None:
-            return _softcapped_weights(rec, q, k, heads, rows, dtype)
         return attention_weights(
             q,
             k,
@@ -331,6 +295,7 @@ class HeadCapture:
             heads=None if heads is None else list(heads),
             rows=rows,
             dtype=dtype,
+            softcap=rec.softcap,
         )
 
     def head_output(self, layer: int) -> torch.Tensor:

@@ -19,7 +19,7 @@ From these, per attention call (one "layer"):
 * the **kind** of attention: ``self`` in a model with one stack; ``encoder``, ``decoder`` and
   ``cross`` in an encoder-decoder (cross-attention: keys read another tensor than queries).
 
-Head counts and widths come from the config (:func:`headlab.spec.layout.layout_from_config`) and
+Head counts and widths come from the config (:func:`headlab.layout.attention.layout_from_config`) and
 must agree with the shapes the interface saw. Forward hooks are removed on any error.
 """
 

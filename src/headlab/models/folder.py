@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.errors import ModelLoadError
-from headlab.spec.layout import read_config
+from headlab.layout.attention import read_config
 
 
 def check_folder(path: Path) -> dict[str, Any]:

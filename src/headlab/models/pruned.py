@@ -34,7 +34,7 @@ def _counts(info: Any, key: str, n_layers: int, folder: Path) -> list[int]:
 
 def _full_counts(config: Any, layer: int) -> tuple[int, int]:
     """The unpruned head and KV-head counts of ``layer`` from the family's own config keys."""
-    from headlab.spec.layout import layout_from_config
+    from headlab.layout.attention import layout_from_config
 
     cfg = config.to_dict()
     cfg.pop("headlab_heads_per_layer", None)

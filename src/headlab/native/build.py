@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from headlab.cache import cache_root
+from headlab.outputs import write_bytes_atomic
 
 SOURCE = Path(__file__).with_name("rows.c")
 #: tried first; without it (a compiler with no OpenMP), the kernels run on one thread each
@@ -146,17 +147,6 @@ def _verified(library: Path) -> bool:
         return False
 
 
-def _write_atomically(target: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
     """The shared library for this source, flags and CPU: the cached one when its checksum
     holds, else built now (into a temporary file renamed into place, then its checksum)."""
@@ -197,7 +187,7 @@ def _build(compiler: list[str], flags: tuple[str, ...]) -> Path:
             raise OSError(f"{shlex.join(compiler)} failed: {last}")
         digest = _sha256(Path(tmp))
         os.replace(tmp, target)  # atomic: a concurrent build or reader never sees half a file
-        _write_atomically(_checksum_path(target), digest.encode())
+        write_bytes_atomic(_checksum_path(target), digest.encode())
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -94,7 +94,7 @@ def gate_scorer(gates: GateResult) -> Scorer:
 
 def kv_bytes(lm: LoadedModel, search: PruneSearch) -> list[int]:
     """KV-cache bytes per token (all layers, the model's dtype) at each point of ``search``,
-    from the spec code (:func:`headlab.spec.costs.compute_spec`)."""
+    from the spec code (:func:`headlab.layout.costs.compute_spec`)."""
     return kv_costs(lm, search)["kv_bytes"]
 
 
@@ -103,8 +103,8 @@ def kv_costs(lm: LoadedModel, search: PruneSearch) -> dict[str, Any]:
     ``search``: bytes per token, and bytes of one sequence at the model's context (its
     ``max_position_embeddings``, or 8,192 tokens when it states none; sliding-window layers
     keep only their window), in the model's dtype."""
-    from headlab.spec.costs import compute_spec
-    from headlab.spec.layout import MAX_POSITIONS
+    from headlab.layout.attention import MAX_POSITIONS
+    from headlab.layout.costs import compute_spec
 
     dtype = _DTYPE_NAMES.get(next(lm.model.parameters()).dtype, "fp32")
     context = min(lm.max_positions or 8192, MAX_POSITIONS)

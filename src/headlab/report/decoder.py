@@ -17,6 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from headlab.models.names import BUNDLED_NAMES, DECODER, DEFAULT_MODEL_NAME
+
 #: the decoder page's first viewer prompt (an IOI prompt) and the word it opens on (the last "to")
 DECODER_PROMPT = "When Mary and John went to the store, John gave a drink to"
 DECODER_FOCUS = "to#2"
@@ -34,7 +36,7 @@ TOP_HEADS = 5
 
 #: the bundled decoder, and the folder its report goes to by default (a sibling of the
 #: encoder's ``headlab-report``)
-DECODER_NAME = "smollm2"
+DECODER_NAME = DECODER  # what --model takes for it (headlab.models.names)
 DECODER_FOLDER = "headlab-report-smollm2"
 ENCODER_FOLDER = "headlab-report"
 
@@ -99,10 +101,10 @@ def extra_scores(roles: dict[str, Any]) -> list[str]:
 
 
 def decoder_spec(layout: Any, dtype: str) -> dict[str, Any]:
-    """The KV cache of a decoder, from :func:`headlab.spec.costs.compute_spec`: bytes per
+    """The KV cache of a decoder, from :func:`headlab.layout.costs.compute_spec`: bytes per
     token and at the full context in the model's ``dtype``, and what the same model would
     cache with one KV head per query head (multi-head attention), for the GQA saving."""
-    from headlab.spec.costs import compute_spec
+    from headlab.layout.costs import compute_spec
 
     context = min(layout.max_positions or 2048, 1 << 20)
     spec = compute_spec(layout, context=context, dtype=dtype)
@@ -123,7 +125,6 @@ def companion(out: Path, *, causal: bool, default_model: bool) -> dict[str, Any]
     beside ``out`` (a sibling folder), whether or not it is there yet, so that a page written
     first links the other once it is made; ``found`` says whether it is there now;
     ``command`` makes it there."""
-    from headlab.models.loading import BUNDLED_NAMES, DEFAULT_MODEL_NAME
 
     if causal:
         target, model, command = ENCODER_FOLDER, DEFAULT_MODEL_NAME, "headlab report"

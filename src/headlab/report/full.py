@@ -30,8 +30,8 @@ def measure_extras(
     pruning curve on STS-B for encoders; for a causal model only with ``prune_options``, a
     perplexity curve's :class:`~headlab.pruning.workflow.PruneOptions`, else ``None``)."""
     from headlab.experiments.cost import CostOptions, run_cost
+    from headlab.experiments.one_vs_many import GridConfig, one_vs_many
     from headlab.pruning.workflow import PruneOptions, run_pruning
-    from headlab.training.experiment import GridConfig, one_vs_many
 
     device = str(lm.device)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -80,8 +80,49 @@ def measure_roles(
     if isinstance(treebank, TreebankData):
         read_skipped = {k: n for k, n in treebank.skipped.items() if n}
         treebank = treebank.sentences
-
     options = options or RoleOptions()
+    _check(treebank, options)
+    freq = frequencies if frequencies is not None else word_frequencies(treebank)
+    plan = _plan(lm, treebank, gap, options)
+    skipped = _run_passes(lm, plan, treebank, gap, freq, options, checkpoint, progress)
+    counts = tuple(lm.layout.heads_per_layer)  # a model pruned layer by layer has fewer in some
+    present = torch.arange(lm.n_heads)[None, :] < torch.tensor(counts)[:, None]  # (L, H)
+    heads, scores, syn = _classify(lm, plan, options, present)
+    used = len(treebank) - sum(skipped["treebank"].values())
+    data: dict[str, Any] = {
+        "device": str(lm.device),
+        "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+        "treebank": {
+            "sentences": len(treebank) + sum(read_skipped.values()),
+            "used": used,
+            "skipped": {**skipped["treebank"], **read_skipped},
+            "resampled": _unit(options.replicates, plan.units["the treebank"], "sentences"),
+        },
+    }
+    coref_result = None
+    if gap is not None and plan.gap is not None:
+        data["gap"], coref_result = _coreference(
+            lm, gap, plan.gap.sums, scores, present, skipped["gap"], options, plan.units
+        )
+    return RoleReport(
+        model=lm.name,
+        n_layers=lm.n_layers,
+        n_heads=lm.n_heads,
+        heads_in_layer=counts,
+        heads=heads,
+        relations=relation_rows(
+            syn, plan.relations, present, bootstrap_rows=plan.treebank.sums.bootstrap_rows
+        ),
+        coreference=coref_result,
+        data=data,
+        thresholds=options.thresholds,
+        replicates=options.replicates,
+        folds=options.reliability,
+    )
+
+
+def _check(treebank: Sequence[TreebankSentence], options: RoleOptions) -> None:
+    """Stage 0: refuse options and data no run can use."""
     if options.replicates < 0:
         raise InputError(f"replicates must be 0 or more, got {options.replicates}")
     if not treebank:
@@ -90,7 +131,33 @@ def measure_roles(
         raise InputError(
             f"reliability must be 0 (off) or at least 2 folds, got {options.reliability}"
         )
-    freq = frequencies if frequencies is not None else word_frequencies(treebank)
+
+
+@dataclass
+class _Plan:
+    """What the passes fill: a stage (sums, folds, resampling unit) per data set, the
+    relations and the syntactic baseline's offsets."""
+
+    relations: list[str]
+    offsets: Any
+    treebank: Stage
+    gap: Stage | None
+    induction: Stage | None
+    units: dict[str, str]
+    part: tuple[int, int]
+
+    @property
+    def stages(self) -> list[Stage]:
+        return [s for s in (self.treebank, self.gap, self.induction) if s is not None]
+
+
+def _plan(
+    lm: LoadedModel,
+    treebank: Sequence[TreebankSentence],
+    gap: GapData | None,
+    options: RoleOptions,
+) -> _Plan:
+    """Stage 1: the relations, the baseline's offsets, and each data set's sums."""
     relations = sorted({r for s in treebank for r in s.relations} - {"root"})
     rel_id = {r: i for i, r in enumerate(relations)}
     # the baseline's offsets: chosen once, on all gold trees, for every fold and resample
@@ -101,7 +168,6 @@ def measure_roles(
         causal=lm.causal,
     )
     k = options.reliability
-
     units: dict[str, str] = {}
 
     def sums(n: int, seed: int, documents: Sequence[str] | None, what: str) -> Sums:
@@ -122,7 +188,6 @@ def measure_roles(
             clusters=documents if units[what] == "documents" else None,
         )
 
-    part = distributed.part()
     tb_docs = [s.doc_id or s.sent_id for s in treebank]
     tb = Stage("treebank", sums(len(treebank), options.seed, tb_docs, "the treebank"))
     gap_stage: Stage | None = None
@@ -136,21 +201,46 @@ def measure_roles(
         ind = Stage(
             "induction", sums(options.induction_sequences, options.seed + 2, None, "induction")
         )
-    stages = [s for s in (tb, gap_stage, ind) if s is not None]
+    return _Plan(
+        relations=relations,
+        offsets=offsets,
+        treebank=tb,
+        gap=gap_stage,
+        induction=ind,
+        units=units,
+        part=distributed.part(),
+    )
+
+
+def _run_passes(
+    lm: LoadedModel,
+    plan: _Plan,
+    treebank: Sequence[TreebankSentence],
+    gap: GapData | None,
+    freq: Counter[str],
+    options: RoleOptions,
+    checkpoint: Checkpoint | None,
+    progress: Progress | None,
+) -> dict[str, dict[str, int]]:
+    """Stage 2: one streaming pass per data set (resumed from ``checkpoint``), the sums added up
+    over the ranks and brought to the CPU; the items each pass skipped, by reason."""
+    part = plan.part
     if checkpoint is not None:
         checkpoint.open(fingerprint(lm, treebank, gap, freq, options, part), part)
-        for stage in stages:
+        for stage in plan.stages:
             checkpoint.begin(stage)
 
     def cursor(stage: Stage) -> Cursor:
         after = None if checkpoint is None else checkpoint.after_batch(stage)
         return Cursor(part=part, skip=stage.done, after_batch=after)
 
+    tb, gap_stage, ind = plan.treebank, plan.gap, plan.induction
     gap_skipped: dict[str, int] = {}
     with distributed.failures("the role statistics"):
         tb_skipped = treebank_pass(
-            lm, treebank, freq, relations, tb.sums, options, cursor(tb), offsets, progress
-        )
+            lm, treebank, freq, plan.relations, tb.sums, options, cursor(tb), plan.offsets,
+            progress,
+        )  # fmt: skip
         if gap is not None and gap_stage is not None:
             gap_skipped = gap_pass(
                 lm,
@@ -163,16 +253,23 @@ def measure_roles(
             )
         if ind is not None:
             induction_pass(lm, ind.sums, options, cursor(ind), progress)
-    distributed.reduce_sums(*(s.sums for s in stages))
+    distributed.reduce_sums(*(s.sums for s in plan.stages))
     if gap_stage is not None:
         gap_skipped = dict(Counter(gap_skipped) + distributed.reduce_counts(gap_stage.counts))
-    for stage in stages:
+    for stage in plan.stages:
         stage.sums.cpu()
     if "queries" not in tb.sums:
         raise InputError("no treebank sentence could be aligned to the model's tokens")
-    counts = tuple(lm.layout.heads_per_layer)  # a model pruned layer by layer has fewer in some
-    present = torch.arange(lm.n_heads)[None, :] < torch.tensor(counts)[:, None]  # (L, H)
-    gap_sums = None if gap_stage is None else gap_stage.sums
+    return {"treebank": tb_skipped, "gap": gap_skipped}
+
+
+def _classify(
+    lm: LoadedModel, plan: _Plan, options: RoleOptions, present: torch.Tensor
+) -> tuple[list[HeadRole], dict[str, torch.Tensor], Any]:
+    """Stage 3: the sums become scores and evidence, and each head its role (with its folds'
+    and resamples' agreement)."""
+    tb = plan.treebank
+    gap_sums = None if plan.gap is None else plan.gap.sums
     copying = None
     if lm.causal:  # Olsson et al.'s OV eigenvalue score, from the weights
         from headlab.roles.copying import copying_scores
@@ -181,10 +278,10 @@ def measure_roles(
     evidence, scores, syn = score_evidence(
         tb.sums,
         gap_sums,
-        None if ind is None else ind.sums,
+        None if plan.induction is None else plan.induction.sums,
         options.thresholds,
-        offsets=offsets,
-        relations=relations,
+        offsets=plan.offsets,
+        relations=plan.relations,
         present=present,
         copying=copying,
     )
@@ -200,7 +297,7 @@ def measure_roles(
     heads = []
     ids = lm.head_ids()  # a pruned folder's heads keep their unpruned ids
     for layer in range(lm.n_layers):
-        for h in range(counts[layer]):
+        for h in range(lm.layout.heads_per_layer[layer]):
             role = head_role(
                 layer,
                 h,
@@ -208,70 +305,58 @@ def measure_roles(
                 excess,
                 evidence,
                 scores,
-                relations,
+                plan.relations,
                 fold_rows=tb.sums.fold_rows,
                 bootstrap_rows=boot[drawn],
                 thresholds=options.thresholds,
                 syn=syn,
             )
             heads.append(replace(role, original_head=ids[layer][h]))
-    used = len(treebank) - sum(tb_skipped.values())
-    data: dict[str, Any] = {
-        "device": str(lm.device),
-        "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
-        "treebank": {
-            "sentences": len(treebank) + sum(read_skipped.values()),
-            "used": used,
-            "skipped": {**tb_skipped, **read_skipped},
-            "resampled": _unit(options.replicates, units["the treebank"], "sentences"),
-        },
+    return heads, scores, syn
+
+
+def _coreference(
+    lm: LoadedModel,
+    gap: GapData,
+    gap_sums: Sums,
+    scores: dict[str, torch.Tensor],
+    present: torch.Tensor,
+    gap_skipped: dict[str, int],
+    options: RoleOptions,
+    units: dict[str, str],
+) -> tuple[dict[str, Any], CoreferenceResult | None]:
+    """Stage 4: GAP's rows in the report's data, and the best coreference head with its
+    Wilson interval over GAP's source pages."""
+    n_used = int(gap_sums.get("coref.examples")[0]) if "coref.examples" in gap_sums else 0
+    data = {
+        "rows": len(gap.examples) + sum(gap.skipped.values()),
+        "used": n_used,
+        "skipped": {**gap_skipped, **{k: n for k, n in gap.skipped.items() if n}},
+        "resampled": _unit(options.replicates, units["the GAP file"], "rows"),
     }
-    coref_result = None
-    if gap is not None and gap_sums is not None:
-        n_used = int(gap_sums.get("coref.examples")[0]) if "coref.examples" in gap_sums else 0
-        data["gap"] = {
-            "rows": len(gap.examples) + sum(gap.skipped.values()),
-            "used": n_used,
-            "skipped": {**gap_skipped, **{k: n for k, n in gap.skipped.items() if n}},
-            "resampled": _unit(options.replicates, units["the GAP file"], "rows"),
-        }
-        if n_used:
-            acc = scores["coreference"][0].masked_fill(~present, torch.nan)  # (L, H)
-            flat = int(acc.nan_to_num(-1).argmax())
-            layer, h = divmod(flat, lm.n_heads)
-            against = coreference.BASELINES[int(scores["coreference_against"][0])]
-            base = float(scores[f"coref_{against}"][0])
-            gap_boot = gap_sums.bootstrap_rows  # Wilson intervals over GAP's source pages
-            hits = float(scores["coreference_hits"][0, layer, h])
-            interval, deff = _wilson(hits, n_used, scores["coreference"][gap_boot, layer, h])
-            base_interval = _wilson(base * n_used, n_used, scores[f"coref_{against}"][gap_boot])[0]
-            coref_result = CoreferenceResult(
-                layer=layer,
-                head=h,
-                accuracy=float(acc[layer, h]),
-                count=n_used,
-                baselines={
-                    name: float(scores[f"coref_{name}"][0]) for name in coreference.BASELINES
-                },
-                interval=interval,
-                design_effect=deff,
-                baseline=against,
-                baseline_interval=base_interval,
-                p=float(scores["coreference_p"][0, layer, h]),
-                q=float(scores["coreference_q"][0, layer, h]),
-            )
-    return RoleReport(
-        model=lm.name,
-        n_layers=lm.n_layers,
-        n_heads=lm.n_heads,
-        heads_in_layer=counts,
-        heads=heads,
-        relations=relation_rows(syn, relations, present, bootstrap_rows=tb.sums.bootstrap_rows),
-        coreference=coref_result,
-        data=data,
-        thresholds=options.thresholds,
-        replicates=options.replicates,
-        folds=k,
+    if not n_used:
+        return data, None
+    acc = scores["coreference"][0].masked_fill(~present, torch.nan)  # (L, H)
+    flat = int(acc.nan_to_num(-1).argmax())
+    layer, h = divmod(flat, lm.n_heads)
+    against = coreference.BASELINES[int(scores["coreference_against"][0])]
+    base = float(scores[f"coref_{against}"][0])
+    gap_boot = gap_sums.bootstrap_rows  # Wilson intervals over GAP's source pages
+    hits = float(scores["coreference_hits"][0, layer, h])
+    interval, deff = _wilson(hits, n_used, scores["coreference"][gap_boot, layer, h])
+    base_interval = _wilson(base * n_used, n_used, scores[f"coref_{against}"][gap_boot])[0]
+    return data, CoreferenceResult(
+        layer=layer,
+        head=h,
+        accuracy=float(acc[layer, h]),
+        count=n_used,
+        baselines={name: float(scores[f"coref_{name}"][0]) for name in coreference.BASELINES},
+        interval=interval,
+        design_effect=deff,
+        baseline=against,
+        baseline_interval=base_interval,
+        p=float(scores["coreference_p"][0, layer, h]),
+        q=float(scores["coreference_q"][0, layer, h]),
     )
 
 

@@ -31,6 +31,7 @@ from headlab.errors import HeadlabError, InputError, ModelLoadError, TooLongErro
 from headlab.explore.roles import RoleSources
 from headlab.explore.shelf import Shelf
 from headlab.explore.table import LESSON_SENTENCE
+from headlab.models.names import DEFAULT
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ class Explorer:
         with self.shelf.lock:
             lm = self._model(data)
         key = self.shelf.key(data.get("model"))
-        command = None if key == "minilm" else self.shelf.choices[key].source
+        command = None if key == DEFAULT else self.shelf.choices[key].source
         found = self.roles.for_model(lm.name, list(lm.layout.heads_per_layer), command)
         return json_response({**found, "role_style": role_styles(found["roles"])})
 

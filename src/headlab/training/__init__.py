@@ -1,6 +1,6 @@
-"""Train small transformers on headlab's own attention, and the one-head-versus-many experiment."""
+"""Train small transformers on headlab's own attention (the one-head-versus-many experiment that
+uses them: :mod:`headlab.experiments.one_vs_many`)."""
 
-from headlab.training.experiment import GridConfig, one_vs_many
 from headlab.training.model import (
     ModelConfig,
     TinyTransformer,
@@ -11,12 +11,10 @@ from headlab.training.model import (
 from headlab.training.trainer import TrainConfig, train
 
 __all__ = [
-    "GridConfig",
     "ModelConfig",
     "TinyTransformer",
     "TrainConfig",
     "load_checkpoint",
-    "one_vs_many",
     "save_checkpoint",
     "to_gpt2",
     "train",

@@ -31,9 +31,12 @@ def attention_weights(
     heads: list[int] | tuple[int, ...] | None = None,
     rows: tuple[int, int] | None = None,
     dtype: torch.dtype | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """``softmax(q k^T * scaling + mask)`` for the chosen heads and query rows, in float32
-    (float64 for a float64 model).
+    (float64 for a float64 model); with ``softcap`` (Gemma 2's logit soft-capping) the scaled
+    scores become ``softcap * tanh(scores / softcap)`` before the mask, as in the model's eager
+    attention.
 
     Args:
         q: ``(B, H, T, D)``; k: ``(B, Hkv, S, D)``, ``H`` a multiple of ``Hkv``.
@@ -72,6 +75,8 @@ def attention_weights(
             m = m.index_select(1, idx.to(m.device))
     scores = scores.to(out_dtype) if scores.dtype != out_dtype else scores
     scores.mul_(scaling)
+    if softcap is not None:  # Gemma 2: cap * tanh(scores / cap), before any mask
+        scores.div_(softcap).tanh_().mul_(softcap)
     empty_rows = _mask_scores(
         scores, mask=m, bias=None, lengths=None, causal=causal, start=start,
         n_queries=n_queries, n_keys=n_keys,

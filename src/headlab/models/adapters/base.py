@@ -212,7 +212,7 @@ class Adapter:
         """The family's own config keys for a pruned model, when transformers builds exactly
         the pruned shapes from them (checked by building the model on the meta device), else
         None. One head count for every layer."""
-        from headlab.models.native import native_config
+        from headlab.models.transformers_fit import native_config
 
         return native_config(self, config, heads, kv_heads, head_dim)
 

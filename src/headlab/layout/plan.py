@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from headlab.errors import ConfigError
-from headlab.spec.costs import _layer_weights, dtype_bytes
-from headlab.spec.layout import AttentionLayout, layout_from_config
+from headlab.layout.attention import AttentionLayout, layout_from_config
+from headlab.layout.costs import _layer_weights, dtype_bytes
 
 #: what a plan can be asked for
 PLANS = ("roles",)

@@ -1,7 +1,7 @@
 """Head counts in model specs: layout, KV cache and FLOPs from a config.json, without torch.
 
 Example:
-    >>> from headlab.spec import load_spec
+    >>> from headlab.layout import load_spec
     >>> spec = load_spec("Llama-3.1-8B", context=8192, dtype="bf16")
     >>> spec.kv_cache_bytes_per_token
     131072
@@ -9,9 +9,9 @@ Example:
 
 from __future__ import annotations
 
-from headlab.spec.catalog import CatalogEntry, catalog, find, resolve
-from headlab.spec.costs import HeadSpec, compute_spec, dtype_bytes
-from headlab.spec.layout import MLA, AttentionLayout, layout_from_config, read_config
+from headlab.layout.attention import MLA, AttentionLayout, layout_from_config, read_config
+from headlab.layout.catalog import CatalogEntry, catalog, find, resolve
+from headlab.layout.costs import HeadSpec, compute_spec, dtype_bytes
 
 
 def load_spec(name_or_path: str, *, context: int = 8192, dtype: str = "bf16") -> HeadSpec:

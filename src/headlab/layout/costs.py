@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from headlab.errors import ConfigError
-from headlab.spec.layout import MAX_POSITIONS, AttentionLayout
+from headlab.layout.attention import MAX_POSITIONS, AttentionLayout
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4,
@@ -258,7 +258,7 @@ class EncoderDecoderSpec:
 def compute_encoder_decoder_spec(
     stacks: dict[str, AttentionLayout], *, context: int = 8192, dtype: str = "bf16"
 ) -> EncoderDecoderSpec:
-    """:class:`EncoderDecoderSpec` of :func:`~headlab.spec.layout.encoder_decoder_layouts`'
+    """:class:`EncoderDecoderSpec` of :func:`~headlab.layout.attention.encoder_decoder_layouts`'
     head sets, a source and a target of ``context`` tokens each (FLOPs per token: the
     encoder's per source token, the decoder's and cross-attention's per target token)."""
     specs = {name: compute_spec(lay, context=context, dtype=dtype) for name, lay in stacks.items()}

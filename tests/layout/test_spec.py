@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from headlab.errors import ConfigError, DataFormatError, InputError, ModelLoadError
-from headlab.spec import catalog, compute_spec, layout_from_config, load_spec
+from headlab.layout import catalog, compute_spec, layout_from_config, load_spec
 
 
 def test_llama_31_8b_kv_cache_per_token_by_hand() -> None:

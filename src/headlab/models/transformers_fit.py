@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from headlab.layout.attention import HEAD_KEYS, KV_HEAD_KEYS
 from headlab.models.discovery import is_conv1d
-from headlab.spec.layout import HEAD_KEYS, KV_HEAD_KEYS
 
 
 def _key(config: dict[str, Any], keys: tuple[str, ...]) -> str | None:

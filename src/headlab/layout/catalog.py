@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.errors import InputError
-from headlab.spec.layout import read_config
+from headlab.layout.attention import read_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +26,7 @@ class CatalogEntry:
 @cache
 def catalog() -> tuple[CatalogEntry, ...]:
     """Every bundled model, in catalog order."""
-    text = resources.files("headlab.spec").joinpath("catalog/models.json").read_text("utf-8")
+    text = resources.files("headlab.layout").joinpath("catalog/models.json").read_text("utf-8")
     return tuple(CatalogEntry(**entry) for entry in json.loads(text)["models"])
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from headlab.cli import main
 from headlab.errors import ConfigError
-from headlab.spec.plan import parameters, plan_memory
+from headlab.layout.plan import parameters, plan_memory
 
 #: a tiny BERT: E 32, 2 layers of 4 heads of 8, MLP 64, vocabulary 100, 16 positions
 BERT = {
@@ -96,7 +96,7 @@ def test_plan_of_a_tiny_llama_by_hand() -> None:
 
 def test_the_plan_cuts_blocks_as_the_engine_does() -> None:
     from headlab.attention.blocks.stream import block_rows as engine_rows
-    from headlab.spec.plan import block_rows
+    from headlab.layout.plan import block_rows
 
     for shape in [(1, 1, 1, 1), (2, 12, 1023, 1 << 20), (8, 12, 512, 1 << 20), (4, 4, 64, 1)]:
         assert block_rows(*shape) == engine_rows(*shape)
@@ -112,7 +112,7 @@ def test_a_long_row_is_one_block() -> None:
 def test_parameters_match_torch(config: dict[str, object]) -> None:
     from transformers import AutoConfig, AutoModel
 
-    from headlab.spec.layout import layout_from_config
+    from headlab.layout.attention import layout_from_config
 
     fields = {k: v for k, v in config.items() if k != "model_type"}
     model = AutoModel.from_config(AutoConfig.for_model(str(config["model_type"]), **fields))
@@ -123,7 +123,7 @@ def test_parameters_match_torch(config: dict[str, object]) -> None:
 def test_gpt2_parameters_match_torch() -> None:
     from transformers import AutoConfig, AutoModel
 
-    from headlab.spec.layout import layout_from_config
+    from headlab.layout.attention import layout_from_config
 
     config = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 16}
     config |= {"vocab_size": 100}

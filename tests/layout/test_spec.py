@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from headlab.cli import main
 from headlab.errors import ConfigError, DataFormatError, InputError, ModelLoadError
 from headlab.layout import catalog, compute_spec, layout_from_config, load_spec
+from headlab.layout.catalog import find
 
 
 def test_llama_31_8b_kv_cache_per_token_by_hand() -> None:
@@ -251,3 +253,27 @@ def test_a_context_past_the_models_limit_is_said(capsys) -> None:  # type: ignor
     assert json.loads(captured.out)["context"] == 32768  # the arithmetic is still given
     assert main(["spec", "gpt2", "--context", "512"]) == 0
     assert "at most" not in capsys.readouterr().err
+
+
+def test_the_default_kv_dtype_is_the_one_the_model_loads_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#46: spec on MiniLM said bf16 (9,216 B a token) where the report, on the loaded float32
+    model, said fp32 (18,432 B): both now read the dtype the model loads in."""
+
+    def kv(*argv: str) -> tuple[int, str]:
+        assert main(["spec", *argv, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        data = data["models"][0] if "models" in data else data
+        return data["kv_cache_bytes_per_token"], data["dtype"]
+
+    assert kv() == (18_432, "fp32")  # MiniLM, as headlab loads it (and its report says)
+    assert kv("Llama-3.1-8B") == (131_072, "bf16")  # a catalog name: as published
+    folder = tmp_path / "m"
+    folder.mkdir()
+    config = dict(find("gpt2").config)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert kv(str(folder)) == (73_728, "fp32")  # no torch_dtype: transformers loads float32
+    (folder / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
+    assert kv(str(folder)) == (36_864, "bf16")
+    assert kv(str(folder), "--dtype", "fp16") == (36_864, "fp16")  # asked for: as asked

@@ -187,7 +187,7 @@ def test_whisper_shows_its_decoder_and_refuses_what_needs_sound(
     for args in (
         ["roles", "--no-gap", "--limit", "5"],
         ["prune", "--curve"],
-        ["report", "--out", str(tmp_path / "report"), "--no-gap", "--limit", "5"],
+        ["report", "--out", str(tmp_path / "report"), "--no-gap", "--limit", "5", "--roles-only"],
     ):
         assert main([*args, "--model", str(path)]) == 1
         err = capsys.readouterr().err.strip()

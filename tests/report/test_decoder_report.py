@@ -92,7 +92,7 @@ def test_a_tiny_decoder_gets_the_decoder_page(browser: Any, tmp_path: Path) -> N
 
     folder = build("llama", tmp_path / "tiny-llama", lm_head=True)
     out = tmp_path / "report"
-    argv = ["report", "--model", str(folder), "--out", str(out), "--limit", "12"]
+    argv = ["report", "--model", str(folder), "--out", str(out), "--limit", "12", "--roles-only"]
     assert main([*argv, "--replicates", "0", "--no-gap", "--prune"]) == 0
     page, errors = _open(browser, out / "index.html")
     try:
@@ -143,7 +143,7 @@ def test_smollm2_report_in_chromium(browser: Any, tmp_path: Path) -> None:
     encoder.mkdir()
     (encoder / "index.html").write_text("<!doctype html><title>encoder</title>")
     out = tmp_path / "headlab-report-smollm2"
-    argv = ["report", "--model", "smollm2", "--out", str(out), "--limit", "8"]
+    argv = ["report", "--model", "smollm2", "--out", str(out), "--limit", "8", "--roles-only"]
     assert main([*argv, "--replicates", "0", "--no-gap"]) == 0
     page, errors = _open(browser, out / "index.html")
     try:

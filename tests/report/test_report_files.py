@@ -124,6 +124,7 @@ def test_report_shows_pruning_and_experiment_results(tmp_path: Path) -> None:
     (tmp_path / "e.json").write_text(json.dumps(experiment))
     out = tmp_path / "r"
     argv = ["report", "--out", str(out), "--limit", "8", "--replicates", "0", "--no-gap"]
+    argv.append("--roles-only")
     assert (
         main(
             [*argv, "--pruning", str(tmp_path / "p.json"), "--experiment", str(tmp_path / "e.json")]

@@ -148,7 +148,7 @@ def test_report_and_prune_commands_in_bfloat16(
     tiny: dict[str, Path], device: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = str(tiny["bert"])
-    report = ["report", "--model", model, "--device", device, "--dtype", "bfloat16"]
+    report = ["report", "--model", model, "--device", device, "--dtype", "bfloat16", "--roles-only"]
     report += ["--limit", "6", "--replicates", "0", "--no-gap", "--out", str(tmp_path / "r")]
     assert main(report) == 0
     assert (tmp_path / "r" / "index.html").is_file()

@@ -224,7 +224,7 @@ def test_headlab_report_keeps_its_roles_for_the_explorer(tmp_path, monkeypatch, 
 
     monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "report"
-    argv = ["-q", "report", "--model", "tiny-shakespeare", "--out", str(out)]
+    argv = ["-q", "report", "--model", "tiny-shakespeare", "--out", str(out), "--roles-only"]
     assert main([*argv, "--limit", "20", "--replicates", "0", "--no-gap"]) == 0
     capsys.readouterr()
     cached = json.loads(cached_roles_path("tiny-shakespeare").read_text(encoding="utf-8"))

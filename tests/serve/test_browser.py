@@ -101,7 +101,13 @@ def test_oversized_input_gets_a_clear_message(page) -> None:
     status = page.locator("#status")
     assert status.get_attribute("class") == "error"
     assert status.text_content() == "Too long: 1500 characters; the limit is 1000."
-    assert page.locator("#heads .hl-grid button").count() == 72  # the last sentence stays
+    # the last sentence's grid does not stay under the new text (#46, item 7)
+    assert page.locator("#heads .hl-grid button").count() == 0
+    assert page.get_attribute("body", "data-sentence") is None
+    page.fill("#text", "The chef cooked the fish.")  # and the next sentence draws again
+    page.press("#text", "Enter")
+    page.wait_for_selector("body[data-sentence='The chef cooked the fish.']")
+    assert page.locator("#heads .hl-grid button").count() == 72
     assert page.errors == []
 
 

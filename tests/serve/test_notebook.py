@@ -28,7 +28,10 @@ def test_capture_keeps_every_head_at_word_and_token_level(heads) -> None:
     assert words.shape == (len(heads.words),) * 2 and tokens.shape == (len(heads.tokens),) * 2
     assert torch.allclose(tokens.sum(-1), torch.ones(len(heads.tokens)), atol=1e-5)
     assert torch.all(torch.triu(tokens, diagonal=1) == 0)  # causal: no weight on later tokens
-    assert heads.top(2, 3, k=1)[0][1] == pytest.approx(float(words[-1].max()), abs=1e-6)
+    sink = heads.words.index(heads.sink)  # a decoder's first word: set apart
+    others = [float(w) for j, w in enumerate(words[-1]) if j != sink]
+    assert heads.top(2, 3, k=1)[0][1] == pytest.approx(max(others), abs=1e-6)
+    assert heads.sink_share(2, 3) == pytest.approx(float(words[-1, sink]), abs=1e-6)
     with pytest.raises(headlab.errors.InputError, match="head 4 out of range"):
         heads.pattern(0, 4)
     assert headlab.capture(heads.lm, "Hello there").lm is heads.lm  # a loaded model as is

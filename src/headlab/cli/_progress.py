@@ -91,7 +91,7 @@ def _columns() -> tuple[Any, ...]:
         TimeElapsedColumn(),
         TextColumn("elapsed •"),
         TimeRemainingColumn(),
-        TextColumn("left"),
+        TextColumn("left in this stage"),
         TextColumn("{task.fields[note]}"),
     )
 
@@ -165,11 +165,13 @@ class PlainProgress:
         self._done = 0
         self._note: str | None = None
         self._began = self._last = 0.0
+        self._seen = (0.0, 0)  # (time, items) at the last line: the recent rate's start
 
     def start(self, name: str, total: int | None = None, unit: str = "items") -> None:
         self._name, self._total, self._unit = name, total, unit
         self._done, self._note = 0, None
         self._began = self._last = self.clock()
+        self._seen = (self._began, 0)
 
     def advance(self, n: int = 1, *, note: str | None = None) -> None:
         if self._name is None:
@@ -201,10 +203,15 @@ class PlainProgress:
             count = f"{done:,}/{total:,} {unit}"
         line = f"{self.prog}: {self._name}: {count}, {elapsed:.1f} s"
         rate = done / elapsed if elapsed > 0 else None
+        # the time left follows this stage's recent speed (items late in a stage, such as the
+        # longest sentences, can cost more than the first), and says it is this stage's
+        since, before = self._seen
+        recent = (done - before) / (now - since) if now > since and done > before else rate
+        self._seen = (now, done)
         if rate:
             line += f" ({rate:,.1f} {unit}/s"
-            if not final and total is not None and total > done:
-                line += f", about {(total - done) / rate:,.0f} s left"
+            if not final and total is not None and total > done and recent:
+                line += f", about {(total - done) / recent:,.0f} s left in this stage"
             line += ")"
         if self._note:
             line += f"; {self._note}"

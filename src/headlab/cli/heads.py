@@ -314,11 +314,18 @@ def _print(
     from rich.table import Table
 
     table = Table(title=title, caption=caption)
-    for col in ("layer", "head", f"top {args.top} {keys[0]} (weight)", f"to {keys[1]}"):
+    sink = next((r["sink"]["word"] for r in rows if r.get("sink")), None)
+    columns = ["layer", "head", f"top {args.top} {keys[0]} (weight)", f"to {keys[1]}"]
+    if sink is not None:  # a decoder's first word: where heads park what they do not use
+        columns.append(f"to the sink {sink!r}")
+    for col in columns:
         table.add_column(col)
     for r in rows:
         words = ", ".join(f"{t['word']} {t['weight']:.2f}" for t in r["top"])
-        table.add_row(str(r["layer"]), str(r["head"]), words, f"{r['special']:.2f}")
+        cells = [str(r["layer"]), str(r["head"]), words, f"{r['special']:.2f}"]
+        if sink is not None:
+            cells.append(f"{r['sink']['weight']:.2f}" if r.get("sink") else "")
+        table.add_row(*cells)
     console().print(table)
 
 

@@ -124,6 +124,13 @@ def add_parser(sub: Any) -> None:
         "--quick and experiment one-vs-many --quick (files given are used instead)",
     )
     p.add_argument(
+        "--roles-only",
+        action="store_true",
+        help="skip the quick measurements that fill the lesson's claim table (a pruning curve "
+        "on 300 STS-B pairs for an encoder, experiment cost --quick, experiment one-vs-many "
+        "--quick: about 25 s on 2 cores); the table then says which claims were not measured",
+    )
+    p.add_argument(
         "--ledger-md",
         type=text("a file"),
         help="also write the ledger of the lesson's claims as a Markdown table to this file",
@@ -207,24 +214,35 @@ def run(args: argparse.Namespace) -> int:
         _check_focus_word(word, sentences)
     sentences += [" ".join(s.words) for s in gold.treebank.sentences if 6 <= len(s.words) <= 25][:4]
     with progress_for(args, "headlab report") as progress:
-        # with --full the roles are stage 1 of 4 (headlab.report.full counts the others)
+        # the roles are stage 1 of 4 (headlab.report.full counts the others)
+        roles_stage = Prefixed(progress, "stage 1/4, roles")
         roles = run_roles(
             lm,
             gold,
             replicates=args.replicates,
-            progress=Prefixed(progress, "stage 1/4, roles") if args.full else progress,
+            progress=progress if args.roles_only and not args.full else roles_stage,
         )
         data_notes("headlab report", roles.data, gold.folds_off, roles.replicates)
         note = keep_roles(roles.to_json())  # headlab serve shows it
         if note:
             print(f"headlab report: note: {note}", file=sys.stderr, flush=True)
-        if args.full:
+        if args.full or not args.roles_only:
             from headlab.report.full import measure_extras
 
-            extras = measure_extras(lm, progress=progress, prune_options=prune_options)
+            given = {"pruning"} if pruning is not None else set()
+            given |= {"cost"} if cost is not None else set()
+            if any(e.get("task", "").startswith("binding") for e in experiments):
+                given.add("experiment")
+            extras = measure_extras(
+                lm,
+                progress=progress,
+                prune_options=prune_options,
+                quick=not (args.full or args.prune),
+                given=frozenset(given),
+            )
             pruning = pruning or extras["pruning"]
             cost = cost or extras["cost"]
-            if not any(e.get("task", "").startswith("binding") for e in experiments):
+            if extras["experiment"] is not None:
                 experiments.insert(0, extras["experiment"])
         elif args.prune:
             pruning = _measure_curve(lm, progress, prune_options)

@@ -52,8 +52,8 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--dtype",
-        default="bf16",
-        help="KV-cache dtype: fp32, fp16, bf16, fp8, int8, int4 (default bf16)",
+        help="KV-cache dtype: fp32, fp16, bf16, fp8, int8, int4 (default: the dtype the model "
+        "loads in, its config's torch_dtype; fp32 when the config names none)",
     )
     p.add_argument(
         "--plan",
@@ -183,7 +183,13 @@ _TOTALS = {
 }
 
 
-def _run_pair(args: argparse.Namespace, label: str, stacks: dict[str, Any]) -> int:
+def _run_pair(
+    args: argparse.Namespace,
+    label: str,
+    stacks: dict[str, Any],
+    name: str,
+    config: dict[str, Any],
+) -> int:
     """An encoder-decoder: a column per head set (encoder, decoder, cross) and their total,
     for a source and a target of ``--context`` tokens each."""
     from rich.table import Table
@@ -194,7 +200,9 @@ def _run_pair(args: argparse.Namespace, label: str, stacks: dict[str, Any]) -> i
     if context is None:
         limits = [lay.max_positions for lay in stacks.values() if lay.max_positions]
         context = min([DEFAULT_CONTEXT, *limits])
-    spec = compute_encoder_decoder_spec(stacks, context=context, dtype=args.dtype)
+    spec = compute_encoder_decoder_spec(
+        stacks, context=context, dtype=args.dtype or config_dtype(name, config)
+    )
     data = {"model": label, **spec.as_dict()}
     if args.json:
         emit_json(data)
@@ -235,7 +243,10 @@ def resolve_model(name: str) -> tuple[str, dict[str, Any]]:
     from headlab.models import gguf, names
 
     if name != names.DECODER and not gguf.is_gguf_path(name):
-        return resolve(name)
+        label, config = resolve(name)
+        if Path(name).exists() and names.is_default_folder(Path(name)):
+            label = names.DEFAULT_MODEL_NAME  # not the package's folder name, "model"
+        return label, config
 
     if name == names.DECODER and not Path(name).exists():
         return names.DECODER_NAME, gguf.gguf_config(names.smollm2_file())
@@ -243,6 +254,26 @@ def resolve_model(name: str) -> tuple[str, dict[str, Any]]:
         path = Path(name).expanduser()
         return path.name[: -len(".gguf")], gguf.gguf_config(path)
     return resolve(name)
+
+
+#: a config's torch_dtype, as headlab spec names the dtype
+_CONFIG_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def config_dtype(name: str, config: dict[str, Any]) -> str:
+    """The KV cache's dtype by default: the dtype the model loads in. Its config's
+    ``torch_dtype`` (or ``dtype``) when it names one; else float32 for what headlab loads
+    (the default model, a folder, a config.json, a GGUF file: transformers loads a config
+    without a dtype in float32), bf16 for a catalog name (how those checkpoints are published)."""
+    from pathlib import Path
+
+    from headlab.models import names
+
+    named = config.get("torch_dtype") or config.get("dtype")
+    if str(named) in _CONFIG_DTYPES:
+        return _CONFIG_DTYPES[str(named)]
+    loaded = names.resolve(name).bundled or Path(name).expanduser().exists()
+    return "fp32" if loaded or name.lower().endswith(".gguf") else "bf16"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
     names = list(args.compare or []) + ([args.model] if args.model else [])
     if not names:
         names = [DEFAULT_MODEL]
-    layouts = []
+    layouts, configs = [], []
     for name in names:
         label, config = resolve_model(name)
         pair = encoder_decoder_layouts(config)
@@ -281,16 +312,18 @@ def run(args: argparse.Namespace) -> int:
                     f"{label} is an encoder-decoder: spec shows its three head sets on their "
                     "own, not in --compare"
                 )
-            return _run_pair(args, label, pair)
+            return _run_pair(args, label, pair, name, config)
         layouts.append((label, layout_from_config(config)))
+        configs.append((name, config))
     context = args.context
     if context is None:  # no cache at a length the models cannot take
         context = min(
             [DEFAULT_CONTEXT, *(lay.max_positions or DEFAULT_CONTEXT for _, lay in layouts)]
         )
     specs = []
-    for label, lay in layouts:
-        spec = compute_spec(lay, context=context, dtype=args.dtype)
+    for (label, lay), (given, config) in zip(layouts, configs, strict=True):
+        dtype = args.dtype or config_dtype(given, config)
+        spec = compute_spec(lay, context=context, dtype=dtype)
         specs.append({"model": label, **spec.as_dict()})
         if lay.max_positions and context > lay.max_positions:  # arithmetic, not a promise
             print(

@@ -82,9 +82,21 @@ class SentenceHeads:
     def top(
         self, layer: int, head: int, word: str | None = None, k: int = 3
     ) -> list[tuple[str, float]]:
-        """The ``k`` words ``word`` (default :attr:`word`) attends to most in one head."""
+        """The ``k`` words ``word`` (default :attr:`word`) attends to most in one head, special
+        tokens and the sink set apart (:meth:`sink_share`)."""
         self.pattern(layer, head)  # the range checks
         return self.attention.top(layer, head, word or self.word, k)
+
+    @property
+    def sink(self) -> str | None:
+        """A decoder's attention sink, its first word (``None`` for an encoder, or after a BOS)."""
+        index = self.attention.sink
+        return None if index is None else self.attention.alignment.words[index]
+
+    def sink_share(self, layer: int, head: int, word: str | None = None) -> float | None:
+        """The share of ``word``'s attention that one head parks on the sink."""
+        self.pattern(layer, head)  # the range checks
+        return self.attention.sink_mass(layer, head, word or self.word)
 
     def table(self, word: str | None = None, top: int = 3) -> dict[str, Any]:
         """The heads table of ``headlab heads TEXT --word WORD --top TOP --json``."""
@@ -117,6 +129,10 @@ class SentenceHeads:
             "heads_in_layer": list(self.heads_in_layer),
             "words": list(align.words[:n_words]),
             "special": list(align.is_special[:n_words]),
+            # the attention sink (a decoder's first word), shown apart in every view
+            "sink": -1
+            if self.attention.sink is None or self.attention.sink >= n_words
+            else self.attention.sink,
             "tokens": list(self.tokens[:n_tokens]),
             "token_special": token_special,
             "word": self.word,

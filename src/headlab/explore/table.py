@@ -113,7 +113,8 @@ def head_rows(
     top: int = 3,
 ) -> list[dict[str, Any]]:
     """One row per head of the shown layers (``at``, as :func:`each_head`): ``word``'s ``top``
-    words with their weights, and its share to special tokens."""
+    words with their weights, and apart from them its share to special tokens and, in a causal
+    model, to the attention sink (``sink``: its word and weight, :func:`~headlab.models.analysis.sink_index`)."""
     if top < 1:
         raise InputError(f"top must be at least 1, got {top}")
     return [
@@ -121,9 +122,17 @@ def head_rows(
             **row,
             "top": [{"word": w, "weight": round(x, 4)} for w, x in wa.top(layer, head, word, top)],
             "special": round(wa.special_mass(layer, head, word), 4),
+            **_sink(wa, layer, head, word),
         }
         for layer, head, row in each_head(lm, at, heads)
     ]
+
+
+def _sink(wa: WordAttention, layer: int, head: int, word: str) -> dict[str, Any]:
+    share = wa.sink_mass(layer, head, word)
+    if share is None or wa.sink is None:
+        return {}
+    return {"sink": {"word": wa.alignment.words[wa.sink], "weight": round(share, 4)}}
 
 
 def heads_table(

@@ -26,28 +26,45 @@ class WordAttention:
             (target, source).
         token_patterns: ``{layer: (H, T, T)}``, the token-level patterns the word-level ones
             came from, when asked for (``word_attention(..., tokens=True)``), else empty.
+        sink: a causal model's attention sink (:func:`sink_index`): the word its heads park
+            attention on, shown apart from the words a head looks at; ``None`` for an encoder.
     """
 
     alignment: Alignment
     patterns: dict[int, torch.Tensor]
     sides: dict[int, tuple[Alignment, Alignment]] = field(default_factory=dict)
     token_patterns: dict[int, torch.Tensor] = field(default_factory=dict)
+    sink: int | None = None
 
     def words_of(self, layer: int) -> tuple[Alignment, Alignment]:
         """The (query, key) words of ``layer``."""
         return self.sides.get(layer, (self.alignment, self.alignment))
 
+    def _sink_of(self, layer: int) -> int | None:
+        return None if layer in self.sides else self.sink
+
     def top(
         self, layer: int, head: int, word: str, k: int = 3, *, include_special: bool = False
     ) -> list[tuple[str, float]]:
-        """The ``k`` words ``word`` attends to most in ``layer``/``head``, with their weights."""
+        """The ``k`` words ``word`` attends to most in ``layer``/``head``, with their weights;
+        special tokens and the sink are shown apart (:meth:`special_mass`, :meth:`sink_mass`)
+        unless ``include_special``."""
         queries, keys = self.words_of(layer)
         row = self.patterns[layer][head, queries.word_index(word)]  # (W_key,)
         order = torch.argsort(row, descending=True).tolist()
         # a word the row cannot see (a causal row's later words) is not among its top words
         seen = [j for j in order if float(row[j]) > 0.0]
-        picked = [j for j in seen if include_special or not keys.is_special[j]][:k]
+        sink = self._sink_of(layer)
+        picked = [j for j in seen if include_special or not (keys.is_special[j] or j == sink)][:k]
         return [(keys.words[j], float(row[j])) for j in picked]
+
+    def sink_mass(self, layer: int, head: int, word: str) -> float | None:
+        """Share of ``word``'s attention that goes to the sink (``None`` without one)."""
+        sink = self._sink_of(layer)
+        if sink is None:
+            return None
+        queries, _ = self.words_of(layer)
+        return float(self.patterns[layer][head, queries.word_index(word), sink])
 
     def special_mass(self, layer: int, head: int, word: str) -> float:
         """Share of ``word``'s attention that goes to special tokens."""
@@ -78,8 +95,28 @@ def word_attention(
     token_patterns = {layer: cap.pattern(layer)[0] for layer in cap.records}  # (H, T, S)
     patterns = {layer: word_pattern(p, alignment) for layer, p in token_patterns.items()}
     return WordAttention(
-        alignment=alignment, patterns=patterns, token_patterns=token_patterns if tokens else {}
+        alignment=alignment,
+        patterns=patterns,
+        token_patterns=token_patterns if tokens else {},
+        sink=sink_index(alignment) if lm.causal else None,
     )
+
+
+def sink_index(alignment: Alignment) -> int | None:
+    """A causal model's attention sink: the first word that is not a special token.
+
+    Decoders park the attention a head has no use for on the sequence's first token (an
+    "attention sink", Xiao et al. 2023): a special BOS when the tokenizer adds one (shown apart
+    as a special token already), else the first word. Its share says little about what the
+    head does, so every view (``headlab heads``, the explorer, the notebook, the report) shows
+    it apart and names the word a head attends to most among the others. ``None`` when the
+    sentence is only special tokens, or a BOS leads it (the BOS is the sink)."""
+    if alignment.is_special and alignment.is_special[0]:
+        return None  # a BOS: the special tokens' share is the sink's
+    for i, special in enumerate(alignment.is_special):
+        if not special:
+            return i
+    return None
 
 
 def seq2seq_attention(

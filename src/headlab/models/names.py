@@ -83,11 +83,24 @@ def resolve(source: str | Path | None) -> ModelName:
             bundled=False,
         )  # fmt: skip
     folder = Path(text).expanduser()
+    if folder.exists() and is_default_folder(folder):  # the default model's own folder
+        return ModelName(
+            key=DEFAULT, source=None, display=DEFAULT_MODEL_NAME, causal=False, bundled=True
+        )
     display = folder.resolve().name if folder.exists() else text
     return ModelName(
         key=text, source=text, display=display or text, causal=_config_causal(folder),
         bundled=False,
     )  # fmt: skip
+
+
+def is_default_folder(path: Path) -> bool:
+    """Whether ``path`` (a folder or its config.json) is the default model's installed folder."""
+    folder = path.parent if path.is_file() else path
+    try:
+        return folder.resolve() == default_model_path().resolve()
+    except ModelLoadError:  # pragma: no cover - a declared dependency
+        return False
 
 
 def _config_causal(folder: Path) -> bool | None:

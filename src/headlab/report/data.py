@@ -38,6 +38,8 @@ def sentence_patterns(lm: LoadedModel, text: str) -> dict[str, Any]:
         "text": text,
         "words": words[:keep],
         "special": special[:keep],
+        # the attention sink (a decoder's first word), left out of a head's strongest link
+        "sink": -1 if wa.sink is None or wa.sink >= keep else wa.sink,
         "truncated": truncated,
         "total_words": len(words),
         "patterns": patterns,
@@ -62,12 +64,15 @@ def gather(
     the ledger of the lesson's claims built from all of them (the viewer's sentences are one
     stage of ``progress``). A causal model's page also gets ``decoder``: its decoder roles and
     KV cache (:mod:`headlab.report.decoder`); ``companion`` links the other model's page."""
+    from headlab.layout.costs import compute_spec
     from headlab.report.decoder import decoder_roles, decoder_spec, extra_scores
     from headlab.report.figures import role_styles
     from headlab.report.ledger import build_ledger
-    from headlab.spec.costs import compute_spec
+    from headlab.roles.classify import CAUSAL_ROLES
 
-    spec = compute_spec(lm.layout, context=512, dtype="fp32").as_dict()
+    # the KV cache in the dtype the model runs in, as headlab spec reads it from the config
+    dtype = _DTYPE_NAMES.get(str(lm.dtype).removeprefix("torch."), "fp32")
+    spec = compute_spec(lm.layout, context=512, dtype=dtype).as_dict()
     viewer = []
     with stage(progress, "viewer patterns", len(sentences), "sentences") as report:
         for text in sentences:
@@ -78,7 +83,6 @@ def gather(
     roles_json = roles.to_json()
     decoder = None
     if lm.causal:
-        dtype = _DTYPE_NAMES.get(str(lm.dtype).removeprefix("torch."), "fp32")
         decoder = {
             "roles": decoder_roles(roles_json),
             "extra_scores": extra_scores(roles_json),
@@ -93,7 +97,10 @@ def gather(
         "causal": lm.causal,
         "spec": spec,
         "roles": roles_json,
-        "role_style": role_styles(list(roles_json["role_counts"])),
+        # an encoder's legend leaves out the roles only a decoder is measured for
+        "role_style": role_styles(
+            [r for r in roles_json["role_counts"] if lm.causal or r not in CAUSAL_ROLES]
+        ),
         "decoder": decoder,
         "companion": companion,
         "sentences": viewer,

@@ -92,7 +92,8 @@ def heatmap(sentence: dict[str, Any], layer: int, head: int, path: Path, title: 
     p = sentence["patterns"][layer][head]
     size = max(4.0, 0.35 * len(words) + 1.5)
     fig, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(p, cmap="Blues", vmin=0.0, vmax=1.0)
+    image = ax.imshow(p, cmap="Blues", vmin=0.0, vmax=1.0)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     ax.set_xticks(range(len(words)), words, rotation=90, fontsize=8)
     ax.set_yticks(range(len(words)), words, fontsize=8)
     ax.set_xlabel("attended word")

@@ -29,6 +29,8 @@ ROLES = (
     "previous-token",
     "duplicate-token",
 )
+#: roles measured on causal models only (an induction pass over repeated sequences)
+CAUSAL_ROLES = ("induction", "previous-token", "duplicate-token")
 UNCLASSIFIED = "unclassified"
 LETTERS = {
     "positional": "P",

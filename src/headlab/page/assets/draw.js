@@ -95,5 +95,24 @@ function drawHeatmap(side, mats, opts) {
     });
   }
   t.appendChild(body);
-  return t;
+  const wrap = el("div", { class: "heat-wrap" });
+  wrap.appendChild(t);
+  wrap.appendChild(heatScale());
+  return wrap;
 }
+
+// the colour scale of every heatmap: attention weight from 0 to 1
+function heatScale() {
+  const scale = el("div", { class: "heat-scale", "aria-label": "colour scale: weight 0 to 1" });
+  scale.appendChild(el("span", {}, "weight 0 "));
+  [0, 0.25, 0.5, 0.75, 1].forEach((w) => {
+    const swatch = el("i", { title: fmt(w, 2) });
+    swatch.style.background = "rgba(31,95,191," + w + ")";
+    scale.appendChild(swatch);
+  });
+  scale.appendChild(el("span", {}, " 1"));
+  return scale;
+}
+
+// the sentence's attention sink (from headlab's one rule, headlab.models.analysis.sink_index)
+function sinkOf(d) { return d.sink === undefined || d.sink === null ? -1 : d.sink; }

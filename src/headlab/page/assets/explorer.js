@@ -77,9 +77,7 @@ function showHead() {
   box.appendChild(el("h3", {}, "Layer " + l + ", head " + h));
   if (view.word >= 0) {
     const row = view.pattern(l, h, false)[view.word];
-    const order = row.map((w, j) => [w, j]).filter(([, j]) => !d.special[j]).sort((a, b) => b[0] - a[0]).slice(0, 3);
-    box.appendChild(el("p", {}, "\u201c" + d.words[view.word] + "\u201d attends most to " +
-      order.map(([w, j]) => "\u201c" + d.words[j] + "\u201d " + fmt(w, 2)).join(", ") + "."));
+    box.appendChild(el("p", {}, attendsText(d.words, d.special, sinkOf(d), row, view.word, 3)));
   }
   const info = roleOf(l, h);
   if (info) {
@@ -115,6 +113,7 @@ async function ablate() {
   const list = $("off-list");
   const pairs = [...app.ablated.values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   list.textContent = pairs.length ? pairs.map(([l, h]) => l + "." + h).join(", ") : "none";
+  if (!app.text) return;  // no sentence shown (the last one failed)
   const other = $("other").value.trim();
   const asked = ++app.asked;
   const box = $("effect");
@@ -157,11 +156,20 @@ function drawEffect(effect, n) {
 }
 
 // ---------------------------------------------------------------- a sentence
+// a sentence refused: the old sentence's grid, head and effect would read as the new text's
+function refused(message) {
+  view.clear();
+  $("head-info").replaceChildren();
+  $("effect").replaceChildren();
+  app.text = null;
+  document.body.removeAttribute("data-sentence");
+  status(message, true);
+}
 async function run() {
   const text = $("text").value;
   const limit = app.limits.characters;
   if (text.length > limit) {
-    status("Too long: " + text.length + " characters; the limit is " + limit + ".", true);
+    refused("Too long: " + text.length + " characters; the limit is " + limit + ".");
     return;
   }
   status("running\u2026");
@@ -182,7 +190,7 @@ async function run() {
       Math.round(performance.now() - started) + " ms");
     document.body.setAttribute("data-sentence", text);
   } catch (e) {
-    status(e.message, true);
+    refused(e.message);
   } finally {
     document.body.removeAttribute("data-busy");
   }

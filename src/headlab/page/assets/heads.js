@@ -19,13 +19,39 @@ function headMatrix(bytes, head, n) {
   }
   return rows;
 }
-// the key word a query word attends to most, special tokens left out: [index, weight]
-function topKey(p, i, special) {
+// the key word a query word attends to most, special tokens and the sink left out (a
+// decoder's first word, where heads park what they do not use; sink < 0: none): [index, weight]
+function topKey(p, i, special, sink) {
   let best = -1;
   for (let j = 0; j < p[i].length; j++) {
-    if (!special[j] && (best < 0 || p[i][j] > p[i][best])) best = j;
+    if (special[j] || j === sink) continue;
+    if (best < 0 || p[i][j] > p[i][best]) best = j;
   }
   return best < 0 ? [-1, 0] : [best, p[i][best]];
+}
+// where the weight set apart goes: the special token or sink with the most, [index, weight]
+function apartKey(p, i, special, sink) {
+  let best = -1;
+  for (let j = 0; j < p[i].length; j++) {
+    if (!(special[j] || j === sink)) continue;
+    if (best < 0 || p[i][j] > p[i][best]) best = j;
+  }
+  return best < 0 ? [-1, 0] : [best, p[i][best]];
+}
+// one sentence for every view: "0.99 to [CLS] (set apart); among the words, most to ..."
+function attendsText(words, special, sink, row, i, k) {
+  const p = [row], q = 0;
+  const others = row.map((w, j) => [w, j]).filter(([, j]) => !special[j] && j !== sink)
+    .sort((a, b) => b[0] - a[0]).slice(0, k);
+  const apart = apartKey(p, q, special, sink);
+  const most = others.map(([w, j]) => "\u201c" + words[j] + "\u201d " + fmt(w, 2)).join(", ");
+  const what = apart[0] === sink ? " (the sink: a decoder's first word)" : "";
+  if (apart[0] >= 0 && apart[1] > (others.length ? others[0][0] : 0)) {
+    return "\u201c" + words[i] + "\u201d sends " + fmt(apart[1], 2) + " to \u201c" + words[apart[0]] +
+      "\u201d" + what + (most ? "; among the other words, most to " + most : "") + ".";
+  }
+  return "\u201c" + words[i] + "\u201d attends most to " + most +
+    (apart[0] >= 0 ? " (" + fmt(apart[1], 2) + " to \u201c" + words[apart[0]] + "\u201d" + what + ")" : "") + ".";
 }
 function shortWord(w) { return w.length > 7 ? w.slice(0, 6) + "\u2026" : w; }
 
@@ -75,18 +101,27 @@ function headsView(root, opts) {
           tr.appendChild(td);
           continue;
         }
-        let label = "", tip = "layer " + l + ", head " + h, w = 0;
+        let label = "", tip = "layer " + l + ", head " + h, w = 0, apartShare = 0;
         if (view.word >= 0) {
-          const best = topKey(mat(l, h, false), view.word, d.special);
+          const p = mat(l, h, false), sink = sinkOf(d);
+          const best = topKey(p, view.word, d.special, sink);
+          const apart = apartKey(p, view.word, d.special, sink);
           if (best[0] >= 0) {
             w = best[1];
             label = shortWord(d.words[best[0]]);
-            tip += ": \u201c" + d.words[view.word] + "\u201d \u2192 \u201c" + d.words[best[0]] + "\u201d " + fmt(w, 2);
+            tip += ": " + attendsText(d.words, d.special, sink, p[view.word], view.word, 1);
+          }
+          if (apart[0] >= 0 && apart[1] > w) {  // most of the weight is set apart: marked
+            apartShare = apart[1];
           }
         }
         const b = el("button", { "data-layer": l, "data-head": h, title: tip }, label);
         b.style.background = "rgba(31,95,191," + (0.08 + 0.92 * w) + ")";
         if (w > 0.5) b.classList.add("dark");
+        if (apartShare > 0) {
+          b.classList.add("apart");
+          b.setAttribute("data-apart", fmt(apartShare, 2));
+        }
         if (l === view.layer && h === view.head) b.classList.add("selected");
         if (opts.decorate) opts.decorate(b, l, h);
         b.addEventListener("click", (e) => (opts.onCell ? opts.onCell(l, h, e) : view.select(l, h)));
@@ -118,7 +153,9 @@ function headsView(root, opts) {
     note.textContent = (cut ? "Long input: showing the first " + d.words.length + " of " + cut.words +
       " words and " + d.tokens.length + " of " + cut.tokens + " tokens. " : "") +
       (view.word >= 0 ? "Each cell is one head, showing the word \u201c" + d.words[view.word] +
-        "\u201d attends to most (special tokens left out), darker for more weight. " : "") +
+        "\u201d attends to most, darker for more weight; special tokens" +
+        (sinkOf(d) >= 0 ? " and the sink \u201c" + d.words[sinkOf(d)] + "\u201d (a decoder's first word, where heads park what they do not use)" : "") +
+        " are set apart, and a cell with a dot sends them more than any word (hover for the share). " : "") +
       "Click a cell for that head's pattern, a word of the pattern to follow it." +
       (d.causal ? " A decoder's words see only themselves and earlier words." : "");
   }
@@ -137,6 +174,14 @@ function headsView(root, opts) {
     if (view.layer >= data.layers) view.layer = 0;
     if (view.head >= data.heads_in_layer[view.layer]) view.head = 0;
     view.render();
+  };
+  // nothing shown: after an error, no grid of the sentence before stays under the new text
+  view.clear = function () {
+    view.data = null;
+    view.word = -1;
+    [grid, note, title, lines, heat].forEach((part) => part.replaceChildren());
+    root.removeAttribute("data-layer");
+    root.removeAttribute("data-head");
   };
   view.select = function (layer, head) {
     view.layer = layer;

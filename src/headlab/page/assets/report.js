@@ -66,6 +66,12 @@ Object.keys(COLOURS).forEach((r) => {
   s.appendChild(document.createTextNode(LETTERS[r] + " " + r));
   legend.appendChild(s);
 });
+if (roles.heads.some((h) => h.stable === false)) {
+  const s = el("span");
+  s.appendChild(el("i", { class: "unstable" }));
+  s.appendChild(document.createTextNode("hatched: unstable (its role did not replicate)"));
+  legend.appendChild(s);
+}
 const grid = el("table");
 const top = el("tr");
 top.appendChild(el("th", {}, "layer \\ head"));
@@ -86,7 +92,13 @@ for (let l = 0; l < roles.layers; l++) {
         (info.stability === null ? "" : " (stability " + fmt(info.stability, 2) + ")"),
     }, LETTERS[info.role]);
     b.style.background = COLOURS[info.role];
-    b.style.opacity = info.stability === null ? 1 : 0.35 + 0.65 * info.stability;
+    // a less stable role: a fainter letter, the cell keeps its colour (a faded cell would look
+    // unclassified, which is white)
+    b.style.color = "rgba(0,0,0," + (info.stability === null ? 1 : 0.35 + 0.65 * info.stability) + ")";
+    if (info.stable === false) {  // its role did not replicate: hatched, not faded into white
+      b.classList.add("unstable");
+      b.title += ": unstable";
+    }
     b.addEventListener("mouseenter", () => showDetails(l, h));
     b.addEventListener("click", () => selectHead(l, h));
     const td = el("td");
@@ -101,7 +113,7 @@ document.getElementById("grid").appendChild(grid);
 // Xiao et al. 2023): a link to it says little about the head, so it is left out
 function strongestLink(sentence, layer, head) {
   const p = sentence.patterns[layer][head];
-  const sink = causal ? sentence.special.indexOf(false) : -1;
+  const sink = sinkOf(sentence);
   let best = null;
   for (let i = 0; i < p.length; i++) {
     if (sentence.special[i]) continue;
@@ -226,7 +238,15 @@ function renderViewer() {
     ? "Long input: showing the first " + s.words.length + " of " + s.total_words + " words."
     : "";
   const w = state.word >= 0 ? s.words[state.word] : null;
-  document.getElementById("focus-note").textContent = w
+  document.getElementById("focus-note").textContent = state.mode !== "lines"
+    ? (state.head === "all"
+      ? "Each row is one head of layer " + state.layer + ": where \u201c" + (w || s.words[0]) +
+        "\u201d sends its attention, one column per word"
+      : "Each row is an attending word, each column a word it attends to, in layer " +
+        state.layer + ", head " + state.head) +
+      "; darker is more weight (the scale below runs from 0 to 1)." +
+      (causal ? " Hatched cells are later words: a decoder's query cannot see them." : "")
+    : w
     ? "Lines show where \u201c" + w + "\u201d sends its attention in layer " + state.layer +
       (state.head === "all" ? ", every head in its own colour." : ", head " + state.head + ".") +
       " Click another word to follow it, or the same word to show all." +

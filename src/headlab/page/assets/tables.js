@@ -12,6 +12,12 @@ document.getElementById("relations").appendChild(table(
     r.layer + "." + r.head, pct(r.accuracy, r.interval),
     pct(r.baseline, r.baseline_interval) + " (" + (r.baseline_offset > 0 ? "+" : "") + r.baseline_offset + ")",
     r.count, sci(r.q)])));
+if (rel.some((r) => r.q === null || r.q === undefined)) {  // say what a blank q means
+  document.getElementById("relations").appendChild(el("p", { class: "muted", id: "untested" },
+    "q \u2013: not tested, because the relation is outside the a-priori set or has fewer than " +
+    minArcs + " arcs" + (roles.folds ? " in some of the " + roles.folds + " folds" : "") +
+    " (too few to judge a head on it); its accuracy is shown, it decides no role."));
+}
 const c = roles.coreference;
 document.getElementById("coref").textContent = c
   ? "Best head " + c.layer + "." + c.head + ": " + pct(c.accuracy, c.interval) + "% of " + c.count +

@@ -6,6 +6,7 @@ install with ``-c constraints.txt``, so a fresh machine gets exactly what the te
 any day, and pip moves an installed package that differs from the lock.
 
     python tools/lock.py write      # resolve pyproject.toml with pip's resolver, write the lock
+    python tools/lock.py write --keep   # the same, keeping every locked version (a new dependency)
     python tools/lock.py check      # the installed versions against the lock: one line per miss
     python tools/lock.py upgrade    # the newest versions pyproject.toml allows, in a throwaway
                                     # venv: lint, types and tests there, and what changed
@@ -187,7 +188,12 @@ def upgrade(pytest_args: list[str], *, write: bool, keep: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("write", help="resolve pyproject.toml and write constraints.txt")
+    wr = sub.add_parser("write", help="resolve pyproject.toml and write constraints.txt")
+    wr.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep every version the lock holds; resolve only what it lacks (a new dependency)",
+    )
     sub.add_parser("check", help="the installed versions against constraints.txt")
     up = sub.add_parser("upgrade", help="the newest allowed versions, tested in a throwaway venv")
     up.add_argument("--write", action="store_true", help="move the lock if everything passed")
@@ -195,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("pytest_args", nargs="*", help="after --: what pytest runs (default: all)")
     args = parser.parse_args(argv)
     if args.command == "write":
-        write_lock(resolve())
+        write_lock(resolve(constraints=LOCK if args.keep else None))
         print(f"wrote {LOCK.name}: {len(read_lock())} packages")
         return 0
     if args.command == "check":

@@ -429,6 +429,8 @@ def load(
 
             verbosity = hf_logging.get_verbosity()
             hf_logging.set_verbosity_error()  # its load report: headlab checks the same below
+            bars = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # a bar per load in a notebook's output: no
             try:
                 loader = auto if tower_config is None else model_class
                 loaded: Any = loader.from_pretrained(
@@ -442,6 +444,8 @@ def load(
                 )
             finally:
                 hf_logging.set_verbosity(verbosity)
+                if bars:
+                    hf_logging.enable_progress_bar()
             model, info = loaded  # (model, loading info) with output_loading_info
             check_loading_info(folder, model, info)
     except (ModelLoadError, InputError, UnsupportedModelError):

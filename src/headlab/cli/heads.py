@@ -14,8 +14,6 @@ from headlab.cli.heads_image import add_image_arguments, run_image
 from headlab.explore.table import (
     LESSON_SENTENCE,
     LESSON_WORD,
-    default_word,
-    head_rows,
     heads_table,
 )
 
@@ -181,125 +179,41 @@ def run(args: argparse.Namespace) -> int:
 def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
     """An encoder-decoder: the encoder's heads on the sentence, or the decoder's self- and
     cross-attention heads on ``--target``; Whisper's on its transcript and ``--audio``."""
-    from headlab.errors import InputError
-    from headlab.models import word_attention
-    from headlab.models.analysis import seq2seq_attention
-    from headlab.models.seq2seq import reads_audio, text_encoder
+    from headlab.explore.seq2seq import SIDES, seq2seq_table
+    from headlab.models.seq2seq import reads_audio
 
-    audio = reads_audio(lm)
-    if sound is not None and not audio:
-        raise InputError(f"--audio goes with models that hear (Whisper); {lm.name} reads text")
-    heard = sound is not None
-    default = "cross" if heard or (args.target and not audio) else "decoder" if audio else "encoder"
-    kind = args.kind or default
-    if audio and not heard and kind != "decoder":
-        raise InputError(
-            f"{lm.name} hears audio: its {kind} heads need sound (--audio FILE.wav); "
-            "--kind decoder shows its decoder's heads on the text"
-        )
-    if audio and args.target:
-        raise InputError(
-            f"{lm.name}'s decoder reads the sentence itself, as the transcript of the sound: "
-            "give the text without --target"
-        )
-    target = args.text if audio else args.target
-    if kind != "encoder" and target is None:
-        raise InputError(f"--kind {kind} needs --target TEXT (the sentence the decoder reads)")
-    flat = [i for i, h in enumerate(lm.layers) if h.kind == kind]
-    blocks = chosen_layers(args, lm, list(range(len(flat))), what=f"{kind} layers", flat=flat)
-    if heard:  # the encoder's "words" are moments of time
-        wa = seq2seq_attention(lm, None, target, layers=[flat[b] for b in blocks], sound=sound)
-        at = {block: flat[block] for block in blocks}
-    elif kind == "encoder" and target is None:  # the encoder alone: no decoder run
-        lm = text_encoder(lm)
-        wa = word_attention(lm, args.text, layers=blocks)
-        at = {block: block for block in blocks}
-    else:
-        wa = seq2seq_attention(lm, args.text, target, layers=[flat[b] for b in blocks])
-        at = {block: flat[block] for block in blocks}
-    queries = wa.words_of(next(iter(at.values())))[0]
-    word = args.word
-    if heard and word is not None and _seconds(word) is not None:
-        if kind != "encoder":
-            raise InputError(
-                f"{word!r} is a moment of the sound: --kind encoder shows where moments attend; "
-                f"{kind} rows are the transcript's words"
-            )
-        word = _moment(word, queries, lm.path, sound)
-    try:
-        word = word or default_word(queries.text, queries)
-        queries.word_index(word)  # a clear error if the word is missing
-    except InputError as exc:
-        if kind == "encoder":
-            raise
-        what = "transcript" if audio else "target"
-        raise InputError(
-            f"{exc} (the {what}'s: {kind} rows are the words the decoder reads)"
-        ) from None
-    rows = [
-        {"attention": kind, **row}
-        for row in head_rows(lm, wa, word, at, heads=args.head, top=args.top)
-    ]
+    table = seq2seq_table(
+        lm,
+        args.text,
+        target=args.target,
+        kind=args.kind,
+        word=args.word,
+        layers=args.layer,
+        heads=args.head,
+        top=args.top,
+        sound=sound,
+        audio=args.audio,
+    )
     if args.json:
-        emit_json(
-            {
-                "model": lm.name,
-                "text": args.text,
-                "target": target,
-                **({"audio": args.audio, "seconds": round(sound.seconds, 3)} if heard else {}),
-                "attention": kind,
-                "word": word,
-                "heads": rows,
-            }
-        )
+        emit_json(table)
         return 0
-    side = {"encoder": "source", "decoder": "target", "cross": "source"}[kind]
+    kind, target, heard = table["attention"], table["target"], sound is not None
+    side = SIDES[kind]
     keys = ("words", "special tokens")
     if heard and kind != "decoder":
         side, keys = "the sound's moments", ("moments", "silence (padding)")
-    _print(
-        args,
-        rows,
-        keys=keys,
-        title=f"{lm.name}: where {word!r} attends ({kind} attention, to {side}"
-        + ("" if side.startswith("the") else " words")
-        + ")",
-        caption=(
-            args.text
-            if target is None
-            else f"source: {args.audio} ({sound.seconds:.2f} s)\ntranscript: {target}"
-            if heard
-            else f"source: (silence)\ntranscript: {target}"
-            if audio
-            else f"source: {args.text}\ntarget: {target}"
-        ),
-    )
+    if heard:
+        caption = f"source: {args.audio} ({sound.seconds:.2f} s)\ntranscript: {target}"
+    elif target is None:
+        caption = args.text
+    elif reads_audio(lm):  # a model that hears, shown without sound
+        caption = f"source: (silence)\ntranscript: {target}"
+    else:
+        caption = f"source: {args.text}\ntarget: {target}"
+    where = side if side.startswith("the") else side + " words"
+    title = f"{lm.name}: where {table['word']!r} attends ({kind} attention, to {where})"
+    _print(args, table["heads"], keys=keys, title=title, caption=caption)
     return 0
-
-
-def _seconds(word: str) -> float | None:
-    """``"1.2s"``, ``"1.2"``: a moment in seconds; ``None`` for a word."""
-    text = word[:-1] if word.endswith("s") else word
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value >= 0 and text.replace(".", "", 1).isdigit() else None
-
-
-def _moment(word: str, positions: Any, folder: Any, sound: Any) -> str:
-    """The label of the encoder position that holds moment ``word`` of the sound."""
-    import json as json_module
-
-    from headlab.errors import InputError
-
-    config = json_module.loads((folder / "preprocessor_config.json").read_text())
-    step = 2 * int(config["hop_length"]) / int(config["sampling_rate"])  # seconds a position
-    at = _seconds(word) or 0.0
-    index = int(at / step + 1e-9)
-    if at >= sound.seconds or index >= len(positions.words) or positions.is_special[index]:
-        raise InputError(f"{word!r} is past the end of the sound ({sound.seconds:.3f} s)")
-    return str(positions.words[index])
 
 
 def _print(

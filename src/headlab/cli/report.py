@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import MAX_REPLICATES, integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, text_side
 from headlab.cli._output import data_notes, native_note
 from headlab.cli._progress import progress_for
-from headlab.cli.heads import LESSON_SENTENCE
-from headlab.progress import Prefixed, Progress
 
 
 def add_parser(sub: Any) -> None:
@@ -138,60 +134,29 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _read_json(path: str, what: str) -> dict[str, Any]:
-    from headlab.errors import InputError
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except RecursionError:
-        raise InputError(f"cannot read {what} {path}: JSON nested too deeply") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        raise InputError(f"cannot read {what} {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{what} {path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
 def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
-    from headlab.report import write_report
-    from headlab.roles.workflow import keep_roles, read_gold, run_roles
+    from headlab.outputs import check_output, write_text_atomic
+    from headlab.report import KIND
+    from headlab.report.build import (
+        build_report,
+        causal_prune_options,
+        check_focus_word,
+        default_folder,
+        read_inputs,
+        viewer_sentences,
+    )
+    from headlab.roles.workflow import read_gold
 
-    pruning = None
-    if args.pruning:
-        from headlab.pruning.workflow import read_pruning_json
-
-        pruning = read_pruning_json(_read_json(args.pruning, "pruning result"), args.pruning)
-    experiments = [_read_json(f, "experiment result") for f in args.experiment or []]
-    for path, experiment in zip(args.experiment or [], experiments, strict=True):
-        if not isinstance(experiment.get("summary", []), list):
-            raise InputError(f"{path}: expected the JSON of headlab experiment")
-    cost = _read_json(args.cost, "cost result") if args.cost else None
-    patching = _read_json(args.patch, "patching result") if args.patch else None
-    if patching is not None:  # checked whole before any measurement
-        from headlab.causal.patching import PatchingResult
-
-        PatchingResult.from_json(patching, args.patch)
-    if cost is not None and not isinstance(cost.get("rows"), list):
-        raise InputError(f"{args.cost}: expected the JSON of headlab experiment cost --json")
-    if args.out is None:  # the decoder's page goes beside the encoder's, so each can link the other
-        from headlab.report.decoder import DECODER_FOLDER, DECODER_NAME
-
-        args.out = DECODER_FOLDER if args.model == DECODER_NAME else "headlab-report"
+    inputs = read_inputs(
+        pruning=args.pruning, experiments=args.experiment, cost=args.cost, patch=args.patch
+    )
+    args.out = args.out or default_folder(args.model)
     if args.text is not None and not args.prune:
         raise InputError("--text is the held-out text of --prune's perplexity curve: add --prune")
     if args.model is None:  # the default encoder: check the word before any work
-        _check_focus_word(args.word or "prepared", [LESSON_SENTENCE, *(args.sentence or [])])
-
-    from headlab.outputs import check_output
-    from headlab.report import KIND
-
+        check_focus_word(*_focus(viewer_sentences(False, args.sentence, args.word)))
     check_output(args.out, overwrite=args.overwrite, kind=KIND, replace_kind=True)
-
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
@@ -207,124 +172,42 @@ def run(args: argparse.Namespace) -> int:
     prune_options = None
     if args.prune and lm.causal:  # perplexity needs the language-model head
         lm = load_model(args, with_lm_head=True)
-        prune_options = _causal_prune_options(args, lm)  # before the roles, not after
+        prune_options = causal_prune_options(lm, args.text)  # before the roles, not after
     native_note("headlab report")
-    sentences, word = _viewer_sentences(args, lm.causal)
+    sentences, word = viewer_sentences(lm.causal, args.sentence, args.word)
     if args.model is not None:  # now that the model, and so its sentences, are known
-        _check_focus_word(word, sentences)
-    sentences += [" ".join(s.words) for s in gold.treebank.sentences if 6 <= len(s.words) <= 25][:4]
+        check_focus_word(word, sentences)
+    if args.full or (args.prune and not args.roles_only):
+        measure = "full"
+    elif args.roles_only:
+        measure = "curve" if args.prune else "roles"
+    else:
+        measure = "quick"
     with progress_for(args, "headlab report") as progress:
-        # the roles are stage 1 of 4 (headlab.report.full counts the others)
-        roles_stage = Prefixed(progress, "stage 1/4, roles")
-        roles = run_roles(
+        built = build_report(
             lm,
             gold,
-            replicates=args.replicates,
-            progress=progress if args.roles_only and not args.full else roles_stage,
-        )
-        data_notes("headlab report", roles.data, gold.folds_off, roles.replicates)
-        note = keep_roles(roles.to_json())  # headlab serve shows it
-        if note:
-            print(f"headlab report: note: {note}", file=sys.stderr, flush=True)
-        if args.full or not args.roles_only:
-            from headlab.report.full import measure_extras
-
-            given = {"pruning"} if pruning is not None else set()
-            given |= {"cost"} if cost is not None else set()
-            if any(e.get("task", "").startswith("binding") for e in experiments):
-                given.add("experiment")
-            extras = measure_extras(
-                lm,
-                progress=progress,
-                prune_options=prune_options,
-                quick=not (args.full or args.prune),
-                given=frozenset(given),
-            )
-            pruning = pruning or extras["pruning"]
-            cost = cost or extras["cost"]
-            if extras["experiment"] is not None:
-                experiments.insert(0, extras["experiment"])
-        elif args.prune:
-            pruning = _measure_curve(lm, progress, prune_options)
-        out = write_report(
-            lm,
-            roles,
-            args.out,
+            inputs,
+            out=args.out,
             sentences=sentences,
-            focus_word=word,
-            pruning=pruning,
-            experiment=experiments[0] if experiments else None,
-            experiments=experiments[1:],
-            cost=cost,
-            patching=patching,
+            word=word,
+            replicates=args.replicates,
+            measure=measure,
+            prune_options=prune_options,
             overwrite=args.overwrite,
             progress=progress,
         )
+    data_notes("headlab report", built.roles.data, gold.folds_off, built.roles.replicates)
+    if built.note:
+        print(f"headlab report: note: {built.note}", file=sys.stderr, flush=True)
     if args.ledger_md:
-        from headlab.outputs import write_text_atomic
-
-        ledger = (out / "ledger.md").read_text(encoding="utf-8")
+        ledger = (built.out / "ledger.md").read_text(encoding="utf-8")
         write_text_atomic(args.ledger_md, ledger)
         print(f"wrote {args.ledger_md}")
-    print(f"wrote {out / 'index.html'}")
+    print(f"wrote {built.out / 'index.html'}")
     return 0
 
 
-def _check_focus_word(word: str, sentences: list[str]) -> None:
-    """The viewer opens on ``word`` in the first of ``sentences`` (the lesson's, then each
-    ``--sentence``) that has it: refuse a word that none has before any work, as ``headlab
-    heads`` does."""
-    from headlab.errors import InputError
-    from headlab.models.words import find_word, split_words
-
-    first: InputError | None = None
-    for sentence in sentences:
-        words = [w for w, _, _ in split_words(sentence)]
-        try:
-            find_word(words, [False] * len(words), word)
-            return
-        except InputError as err:
-            first = first or err
-    if len(sentences) == 1 and first is not None:
-        raise first
-    shown = "; ".join(repr(s) for s in sentences)
-    raise InputError(f"--word {word!r} is in none of the viewer's sentences ({shown})")
-
-
-def _viewer_sentences(args: argparse.Namespace, causal: bool) -> tuple[list[str], str]:
-    """The viewer's own sentences and the word it opens on: the lesson's sentence at
-    "prepared" for an encoder; for a decoder the IOI prompt at its last word, a repeated
-    sentence (for induction heads), then the lesson's sentence, each ``--sentence`` between."""
-    from headlab.report.decoder import DECODER_FOCUS, DECODER_PROMPT, REPEAT_PROMPT
-
-    own = list(args.sentence or [])
-    if causal:
-        return [DECODER_PROMPT, REPEAT_PROMPT, *own, LESSON_SENTENCE], args.word or DECODER_FOCUS
-    return [LESSON_SENTENCE, *own], args.word or "prepared"
-
-
-def _causal_prune_options(args: argparse.Namespace, lm: Any) -> Any:
-    """``headlab prune --curve``'s options for a causal model (perplexity on ``--text``, or on
-    the pruning library's default text), checked on the text before any measurement."""
-    from headlab.errors import InputError
-    from headlab.pruning.workflow import PruneOptions, build_metrics
-
-    options = PruneOptions(metric="perplexity", text=None if args.text is None else Path(args.text))
-    options.check()
-    try:
-        build_metrics(lm, options)  # reads and cuts the text: a missing one fails here
-    except InputError as exc:
-        why = f"cannot measure perplexity ({exc})" if args.text else "needs held-out text"
-        raise InputError(
-            f"--prune on a causal model {why}: give --text FILE, or give the curve as --pruning "
-            "FILE (headlab prune --model MODEL --curve --json > FILE)"
-        ) from None
-    return options
-
-
-def _measure_curve(lm: Any, progress: Progress | None, options: Any = None) -> dict[str, Any]:
-    """``headlab prune --curve``'s workflow and JSON: on the bundled STS-B sample for an
-    encoder, with ``options`` (:func:`_causal_prune_options`) for a causal model."""
-    from headlab.pruning.workflow import PruneOptions, run_pruning
-
-    return run_pruning(lm, options or PruneOptions(), progress=progress).to_json()
+def _focus(chosen: tuple[list[str], str]) -> tuple[str, list[str]]:
+    sentences, word = chosen
+    return word, sentences

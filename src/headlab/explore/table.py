@@ -17,15 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from headlab.datasets.lesson import LESSON_SENTENCE, LESSON_WORD
 from headlab.errors import InputError
 
 if TYPE_CHECKING:
     from headlab.models.analysis import WordAttention
     from headlab.models.loading import LoadedModel
     from headlab.models.words import Alignment
-
-LESSON_SENTENCE = "The chef who trained in Paris prepared the fish carefully."
-LESSON_WORD = "prepared"
 
 
 #: words too common to be what a sentence is about ("The cat sat on the mat." is about "cat",

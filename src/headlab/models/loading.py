@@ -296,6 +296,23 @@ def choose_tower(config: Any, model_class: Any, reads: Reads, name: str) -> tupl
     return model_class, None
 
 
+def _quietly(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)`` without transformers' load report (headlab checks the same
+    after it) or its progress bar (one per load in a notebook's output)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        return call(*args, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def load(
     path: str | Path | None = None,
     *,
@@ -425,27 +442,17 @@ def load(
                     model, device_map, offload_dir=None if offload is None else str(offload)
                 )
         else:
-            from transformers.utils import logging as hf_logging
-
-            verbosity = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()  # its load report: headlab checks the same below
-            bars = hf_logging.is_progress_bar_enabled()
-            hf_logging.disable_progress_bar()  # a bar per load in a notebook's output: no
-            try:
-                loader = auto if tower_config is None else model_class
-                loaded: Any = loader.from_pretrained(
-                    str(folder),
-                    use_safetensors=True,
-                    dtype=dtype,
-                    attn_implementation=attn,
-                    output_loading_info=True,
-                    **placed,
-                    **common,
-                )
-            finally:
-                hf_logging.set_verbosity(verbosity)
-                if bars:
-                    hf_logging.enable_progress_bar()
+            loader = auto if tower_config is None else model_class
+            loaded: Any = _quietly(
+                loader.from_pretrained,
+                str(folder),
+                use_safetensors=True,
+                dtype=dtype,
+                attn_implementation=attn,
+                output_loading_info=True,
+                **placed,
+                **common,
+            )
             model, info = loaded  # (model, loading info) with output_loading_info
             check_loading_info(folder, model, info)
     except (ModelLoadError, InputError, UnsupportedModelError):

@@ -249,5 +249,6 @@ def test_spec_reads_smollm2_from_the_gguf_metadata() -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert (data["n_layers"], data["n_heads"], data["n_kv_heads"]) == (30, 9, 3)
-    # 2 (K and V) x 30 layers x 3 KV heads x 64 x 2 bytes (bf16)
-    assert data["kv_cache_bytes_per_token"] == 2 * 30 * 3 * 64 * 2
+    # 2 (K and V) x 30 layers x 3 KV heads x 64 x 4 bytes: float32, as headlab loads the
+    # dequantized file (and as its report counts it)
+    assert data["kv_cache_bytes_per_token"] == 2 * 30 * 3 * 64 * 4 and data["dtype"] == "fp32"

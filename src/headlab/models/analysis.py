@@ -40,8 +40,11 @@ class WordAttention:
         """The (query, key) words of ``layer``."""
         return self.sides.get(layer, (self.alignment, self.alignment))
 
-    def _sink_of(self, layer: int) -> int | None:
-        return None if layer in self.sides else self.sink
+    def _sink_of(self, layer: int, query: int | None = None) -> int | None:
+        """The sink set apart from ``query``'s row: none for the sink's own row (it sees only
+        itself), nor in an encoder-decoder's layers."""
+        sink = None if layer in self.sides else self.sink
+        return None if sink == query else sink
 
     def top(
         self, layer: int, head: int, word: str, k: int = 3, *, include_special: bool = False
@@ -50,21 +53,23 @@ class WordAttention:
         special tokens and the sink are shown apart (:meth:`special_mass`, :meth:`sink_mass`)
         unless ``include_special``."""
         queries, keys = self.words_of(layer)
-        row = self.patterns[layer][head, queries.word_index(word)]  # (W_key,)
+        index = queries.word_index(word)
+        row = self.patterns[layer][head, index]  # (W_key,)
         order = torch.argsort(row, descending=True).tolist()
         # a word the row cannot see (a causal row's later words) is not among its top words
         seen = [j for j in order if float(row[j]) > 0.0]
-        sink = self._sink_of(layer)
+        sink = self._sink_of(layer, index)
         picked = [j for j in seen if include_special or not (keys.is_special[j] or j == sink)][:k]
         return [(keys.words[j], float(row[j])) for j in picked]
 
     def sink_mass(self, layer: int, head: int, word: str) -> float | None:
         """Share of ``word``'s attention that goes to the sink (``None`` without one)."""
-        sink = self._sink_of(layer)
+        queries, _ = self.words_of(layer)
+        index = queries.word_index(word)
+        sink = self._sink_of(layer, index)
         if sink is None:
             return None
-        queries, _ = self.words_of(layer)
-        return float(self.patterns[layer][head, queries.word_index(word), sink])
+        return float(self.patterns[layer][head, index, sink])
 
     def special_mass(self, layer: int, head: int, word: str) -> float:
         """Share of ``word``'s attention that goes to special tokens."""

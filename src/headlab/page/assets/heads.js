@@ -22,6 +22,7 @@ function headMatrix(bytes, head, n) {
 // the key word a query word attends to most, special tokens and the sink left out (a
 // decoder's first word, where heads park what they do not use; sink < 0: none): [index, weight]
 function topKey(p, i, special, sink) {
+  if (i === sink) sink = -1;  // the sink's own row sees only itself: nothing set apart
   let best = -1;
   for (let j = 0; j < p[i].length; j++) {
     if (special[j] || j === sink) continue;
@@ -31,6 +32,7 @@ function topKey(p, i, special, sink) {
 }
 // where the weight set apart goes: the special token or sink with the most, [index, weight]
 function apartKey(p, i, special, sink) {
+  if (i === sink) sink = -1;
   let best = -1;
   for (let j = 0; j < p[i].length; j++) {
     if (!(special[j] || j === sink)) continue;
@@ -40,10 +42,12 @@ function apartKey(p, i, special, sink) {
 }
 // one sentence for every view: "0.99 to [CLS] (set apart); among the words, most to ..."
 function attendsText(words, special, sink, row, i, k) {
-  const p = [row], q = 0;
+  if (i === sink) sink = -1;
+  const p = [];
+  p[i] = row;
   const others = row.map((w, j) => [w, j]).filter(([, j]) => !special[j] && j !== sink)
     .sort((a, b) => b[0] - a[0]).slice(0, k);
-  const apart = apartKey(p, q, special, sink);
+  const apart = apartKey(p, i, special, sink);
   const most = others.map(([w, j]) => "\u201c" + words[j] + "\u201d " + fmt(w, 2)).join(", ");
   const what = apart[0] === sink ? " (the sink: a decoder's first word)" : "";
   if (apart[0] >= 0 && apart[1] > (others.length ? others[0][0] : 0)) {

@@ -134,3 +134,40 @@ def test_headlab_compose_lists_pairs_best_first(
     assert main(["-q", "compose", "--model", str(folder), "--top", "3"]) == 0
     text = capsys.readouterr().out
     assert "K-composition" in text and "baseline" in text
+
+
+def test_compose_receivers_lists_and_draws_what_each_head_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from headlab.cli import main
+
+    folder = build("llama", tmp_path / "m", lm_head=True, seed=6)
+    scores = composition_scores(load(folder, with_lm_head=True))
+    figure = tmp_path / "k.png"
+    argv = ["-q", "compose", "--model", str(folder), "--receivers", "1.2,1.0", "--top", "4"]
+    assert main([*argv, "--figure", str(figure), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["receiver"] for r in out["receivers"]] == [
+        {"layer": 1, "head": 2},
+        {"layer": 1, "head": 0},
+    ]
+    for row in out["receivers"]:
+        r = row["receiver"]
+        expected = sorted(
+            ((float(scores.k[0, h, r["layer"], r["head"]]), h) for h in range(4)), reverse=True
+        )
+        assert [s["head"] for s in row["senders"]] == [h for _, h in expected]
+        assert [s["score"] for s in row["senders"]] == pytest.approx([v for v, _ in expected])
+        assert [s["layer"] for s in row["senders"]] == [0] * 4
+        assert row["senders"][0]["x_baseline"] == pytest.approx(
+            expected[0][0] / scores.baseline["k"]
+        )
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for bad, message in (
+        (["--receivers", "1-2"], "expects heads as LAYER.HEAD"),
+        (["--receivers", "0.1"], "--receivers 0.1"),
+        (["--figure", str(tmp_path / "x.png")], "--figure draws the heads of --receivers"),
+    ):
+        assert main(["compose", "--model", str(folder), *bad]) == 1
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err

@@ -44,3 +44,65 @@ def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
     fig.savefig(buffer, format="png", dpi=130)
     plt.close(fig)
     return write_bytes_atomic(Path(path), buffer.getvalue())
+
+
+def write_composition(
+    scores: Any,
+    kind: str,
+    receivers: list[tuple[int, int]],
+    path: str | Path,
+    *,
+    marked: dict[str, list[tuple[int, int]]] | None = None,
+) -> Path:
+    """Draw what each of ``receivers`` reads from every earlier head by ``kind``-composition
+    (:class:`~headlab.causal.composition.CompositionScores`): one row a receiver, one column a
+    sender head (layer by layer), each cell its score over the baseline; each row's strongest
+    sender is labelled. ``marked``: senders to outline, by name (e.g. the previous-token heads
+    that roles names). Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from headlab.outputs import write_bytes_atomic
+
+    table = scores.scores(kind).double().numpy() / scores.baseline[kind]  # (L, H, L, H)
+    n_heads = table.shape[1]
+    last = max(layer for layer, _ in receivers)
+    senders = [(la, h) for la in range(last) for h in range(n_heads)]
+    grid = np.array([[table[la, h, rl, rh] for la, h in senders] for rl, rh in receivers])
+    fig, ax = plt.subplots(
+        figsize=(min(18.0, 0.05 * len(senders) + 3.5), 0.4 * len(receivers) + 1.8)
+    )
+    image = ax.imshow(np.nan_to_num(grid, nan=0.0), cmap="viridis", aspect="auto", vmin=0.0)
+    for row, values in enumerate(grid):
+        best = int(np.nanargmax(values))
+        la, h = senders[best]
+        ax.text(best, row, f" {la}.{h}", ha="left", va="center", fontsize=7, color="white")
+    colours = ("#ff5a36", "#ffd23f", "#ffffff")
+    for (name, heads), colour in zip((marked or {}).items(), colours, strict=False):
+        columns = [senders.index(x) for x in heads if x in senders]
+        for column in columns:
+            ax.axvline(column, color=colour, linewidth=0.8, alpha=0.8)
+        if columns:
+            ax.plot([], [], color=colour, label=name)
+    if marked:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.12, 1.0), fontsize=7, frameon=False)
+    ax.set_yticks(range(len(receivers)), [f"{la}.{h}" for la, h in receivers])
+    ticks = list(range(0, len(senders), n_heads * max(1, last // 10)))
+    ax.set_xticks(ticks, [str(senders[t][0]) for t in ticks])
+    ax.set_xlabel("sender head (by layer)")
+    ax.set_ylabel("receiver head")
+    names = {"q": "Q", "k": "K", "v": "V"}
+    ax.set_title(
+        f"{names[kind]}-composition of {scores.model}: what each receiver reads "
+        f"(score / random baseline {scores.baseline[kind]:.3f})",
+        fontsize=9,
+    )
+    fig.colorbar(image, ax=ax, label="x baseline")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=130)
+    plt.close(fig)
+    return write_bytes_atomic(Path(path), buffer.getvalue())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
@@ -28,12 +29,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", type=text("a model"), help=f"{MODEL_HELP}; here default smollm2")
     add_model_arguments(p)
     p.add_argument("--top", type=integer(1, 10_000), default=10, help="pairs listed (default 10)")
+    p.add_argument(
+        "--receivers",
+        type=text("heads such as 17.3,17.4"),
+        help="list, for each of these heads (LAYER.HEAD, comma-separated), the earlier heads it "
+        "reads most by --kind composition",
+    )
+    p.add_argument(
+        "--kind", choices=("q", "k", "v"), default="k", help="with --receivers (default k)"
+    )
+    p.add_argument(
+        "--figure",
+        type=text("a file"),
+        help="with --receivers: a PNG of what each receiver reads from every earlier head",
+    )
     p.add_argument("--json", action="store_true", help="every pair, best first, as JSON")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from headlab.causal.composition import KINDS, composition_scores
+    from headlab.errors import InputError
 
     if args.model is None:
         args.model = DEFAULT_MODEL
@@ -41,8 +57,20 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+    receivers = _heads(args.receivers) if args.receivers else None
+    if args.figure and receivers is None:
+        raise InputError("--figure draws the heads of --receivers: add --receivers L.H,...")
     lm = load_model(args)
+    if receivers is not None:
+        for layer, head in receivers:
+            if not (0 < layer < lm.n_layers and 0 <= head < lm.layout.heads_per_layer[layer]):
+                raise InputError(
+                    f"--receivers {layer}.{head}: {lm.name} has layers 1..{lm.n_layers - 1} "
+                    f"that read earlier heads, heads 0..{lm.n_heads - 1} each"
+                )
     scores = composition_scores(lm)
+    if receivers is not None:
+        return _run_receivers(args, lm, scores, receivers)
     if args.json:
         emit_json(scores.to_json())
         return 0
@@ -64,4 +92,68 @@ def run(args: argparse.Namespace) -> int:
                 f"{pair['score'] / base:.2f}",
             )
         out.print(table)
+    return 0
+
+
+def _heads(value: str) -> list[tuple[int, int]]:
+    """``"17.3,17.4"`` as ``[(17, 3), (17, 4)]``; a one-line error otherwise."""
+    from headlab.errors import InputError
+
+    heads = []
+    for part in value.split(","):
+        layer, dot, head = part.strip().partition(".")
+        if not dot or not layer.isdigit() or not head.isdigit():
+            raise InputError(f"--receivers expects heads as LAYER.HEAD,...; got {part.strip()!r}")
+        heads.append((int(layer), int(head)))
+    return heads
+
+
+def _run_receivers(
+    args: argparse.Namespace, lm: Any, scores: Any, receivers: list[tuple[int, int]]
+) -> int:
+    """Each receiver's strongest senders by ``--kind`` composition (JSON, a table, a figure)."""
+    table = scores.scores(args.kind)  # (L, H, L, H)
+    base = scores.baseline[args.kind]
+    out: list[dict[str, Any]] = []
+    for layer, head in receivers:
+        column = table[:layer, :, layer, head]  # (layer, H)
+        values = column.flatten().nan_to_num(nan=-1.0)
+        order = values.argsort(descending=True)[: args.top].tolist()
+        out.append(
+            {
+                "receiver": {"layer": layer, "head": head},
+                "senders": [
+                    {
+                        "layer": i // lm.n_heads,
+                        "head": i % lm.n_heads,
+                        "score": float(values[i]),
+                        "x_baseline": float(values[i]) / base,
+                    }
+                    for i in order
+                ],
+            }
+        )
+    if args.figure:
+        from headlab.causal.figure import write_composition
+
+        write_composition(scores, args.kind, receivers, args.figure)
+        print(f"wrote {args.figure}", file=sys.stderr)
+    if args.json:
+        emit_json({"model": lm.name, "kind": args.kind, "baseline": base, "receivers": out})
+        return 0
+    from rich.table import Table
+
+    title = (
+        f"{args.kind.upper()}-composition of {lm.name}: what each head reads (baseline {base:.3f})"
+    )
+    shown = Table(title=title)
+    for column in ("receiver", f"top {args.top} senders (x baseline)"):
+        shown.add_column(column)
+    for row in out:
+        r = row["receiver"]
+        senders = ", ".join(
+            f"{s['layer']}.{s['head']} {s['x_baseline']:.1f}" for s in row["senders"]
+        )
+        shown.add_row(f"{r['layer']}.{r['head']}", senders)
+    console().print(shown)
     return 0

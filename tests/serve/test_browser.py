@@ -3,6 +3,8 @@ on a free localhost port started by the fixture (and stopped after)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tests.serve.conftest import watch
 
@@ -120,4 +122,58 @@ def test_user_text_is_shown_as_text(page) -> None:
     assert "<" in words and "img" in words
     assert page.evaluate("window.__pwned") is None
     assert page.locator("#heads b").count() == 0
+    assert page.errors == []
+
+
+def test_the_address_bar_is_a_permalink_to_sentence_word_and_head(page, browser, server) -> None:
+    """#46, item 9: the explorer's state in the URL; opening it again shows the same view."""
+    run_sentence(page, "The old sailor mended his torn nets slowly.")
+    page.click("#heads .hl-grid button[data-layer='2'][data-head='5']")
+    link = page.evaluate("location.href")
+    assert "layer=2" in link and "head=5" in link and "sailor" in link
+    other = browser.new_page(viewport={"width": 1400, "height": 1100})
+    other.goto(link)
+    other.wait_for_selector("body[data-ready='1']", timeout=60_000)
+    assert other.input_value("#text") == "The old sailor mended his torn nets slowly."
+    assert other.get_attribute("#heads", "data-layer") == "2"
+    assert other.get_attribute("#heads", "data-head") == "5"
+    assert other.locator("#heads .hl-grid button.selected").get_attribute("data-head") == "5"
+    other.close()
+
+
+def test_a_view_exports_to_json_svg_and_png(page) -> None:
+    import json
+
+    page.click("#heads .hl-grid button[data-layer='1'][data-head='3']")
+    got = {}
+    for kind in ("json", "svg", "png"):
+        with page.expect_download() as info:
+            page.click(f"#export-{kind}")
+        path = info.value.path()
+        got[kind] = Path(path).read_bytes()
+        assert info.value.suggested_filename.endswith(f"L1H3.{kind}")
+    view = json.loads(got["json"])
+    assert (view["layer"], view["head"], view["word"]) == (1, 3, "prepared")
+    n = len(view["words"])
+    assert len(view["pattern"]) == n and all(abs(sum(r) - 1) < 0.05 for r in view["pattern"][1:-1])
+    assert got["svg"].lstrip().startswith(b"<svg") and b"<line" in got["svg"]
+    assert got["png"][:8] == b"\x89PNG\r\n\x1a\n" and len(got["png"]) > 2000
+    assert page.errors == []
+
+
+def test_the_model_view_shows_every_head_at_once(page) -> None:
+    page.click("#model-view summary")
+    page.wait_for_selector("#thumbs canvas")
+    assert page.locator("#thumbs canvas").count() == 6 * 12
+    page.click("#thumbs canvas[data-layer='4'][data-head='7']")
+    assert page.get_attribute("#heads", "data-layer") == "4"
+    assert page.get_attribute("#heads", "data-head") == "7"
+    assert page.locator("#thumbs canvas.selected").get_attribute("data-head") == "7"
+    # each thumbnail is its head's pattern: a pixel per word pair, darker for more weight
+    drawn = page.evaluate(
+        "() => { const c = document.querySelector('#thumbs canvas[data-layer=\\'0\\'][data-head=\\'2\\']');"
+        " const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        " let lit = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 128) lit++; return [c.width, lit]; }"
+    )
+    assert drawn[0] >= 8 and drawn[1] >= drawn[0] // 2  # a positional head: one strong cell a row
     assert page.errors == []

@@ -34,9 +34,104 @@ const view = headsView($("heads"), {
     }
   },
   onCell: (l, h, event) => (event.shiftKey ? toggle(l, h) : view.select(l, h)),
-  onSelect: () => showHead(),
-  onWord: () => showHead(),
+  onSelect: () => { showHead(); remember(); markThumb(); },
+  onWord: () => { showHead(); remember(); drawThumbs(); },
 });
+
+// ---------------------------------------------------------------- the address bar
+// #model=..&text=..&word=..&layer=..&head=..: a permalink to a sentence, a word and a head
+function remember() {
+  if (!app.text) return;
+  const state = new URLSearchParams({
+    model: app.model, text: app.text, word: String(view.word), layer: String(view.layer), head: String(view.head),
+  });
+  history.replaceState(null, "", "#" + state.toString());
+}
+function recalled() {
+  const state = new URLSearchParams(location.hash.slice(1));
+  return state.has("text") ? state : null;
+}
+
+// ---------------------------------------------------------------- the model view
+function drawThumbs() {
+  const box = $("thumbs");
+  const d = view.data;
+  box.replaceChildren();
+  if (!d || !$("model-view").open) return;
+  const most = Math.max.apply(null, d.heads_in_layer);
+  box.style.gridTemplateColumns = "repeat(" + most + ", minmax(24px, 1fr))";
+  const n = d.words.length;
+  for (let l = 0; l < d.layers; l++) {
+    for (let h = 0; h < most; h++) {
+      if (h >= d.heads_in_layer[l]) { box.appendChild(el("span")); continue; }
+      const c = el("canvas", { width: n, height: n, "data-layer": l, "data-head": h, title: "layer " + l + ", head " + h });
+      const ctx = c.getContext("2d");
+      const p = view.pattern(l, h, false);
+      for (let i = 0; i < n; i++) {
+        for (let j = 0; j < n; j++) {
+          ctx.fillStyle = "rgba(31,95,191," + p[i][j] + ")";
+          ctx.fillRect(j, i, 1, 1);
+        }
+      }
+      c.addEventListener("click", () => view.select(l, h));
+      box.appendChild(c);
+    }
+  }
+  markThumb();
+}
+function markThumb() {
+  document.querySelectorAll("#thumbs canvas.selected").forEach((c) => c.classList.remove("selected"));
+  const c = document.querySelector('#thumbs canvas[data-layer="' + view.layer + '"][data-head="' + view.head + '"]');
+  if (c) c.classList.add("selected");
+}
+
+// ---------------------------------------------------------------- export
+function download(name, href) {
+  const a = el("a", { href: href, download: name });
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+}
+function exportName(ext) {
+  return "headlab-" + (app.model || "model") + "-L" + view.layer + "H" + view.head + "." + ext;
+}
+function exportJson() {
+  const d = view.data;
+  if (!d) return;
+  const out = {
+    schema: "headlab.view/1", model: d.model, text: d.text, words: d.words, special: d.special,
+    sink: d.sink, word: view.word >= 0 ? d.words[view.word] : null, layer: view.layer, head: view.head,
+    pattern: view.pattern(view.layer, view.head, false), switched_off: [...app.ablated.values()],
+  };
+  download(exportName("json"), "data:application/json;charset=utf-8," + encodeURIComponent(JSON.stringify(out)));
+}
+function svgText() {
+  const svg = document.querySelector("#heads .hl-lines svg");
+  if (!svg) return null;
+  const copy = svg.cloneNode(true);
+  copy.setAttribute("xmlns", "http://www.w3.org/2000/svg");
+  return new XMLSerializer().serializeToString(copy);
+}
+function exportSvg() {
+  const text = svgText();
+  if (text) download(exportName("svg"), "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text));
+}
+function exportPng() {
+  const text = svgText();
+  if (!text) return;
+  const svg = document.querySelector("#heads .hl-lines svg");
+  const box = svg.getBoundingClientRect();
+  const image = new Image();
+  image.onload = () => {
+    const c = el("canvas", { width: Math.ceil(2 * box.width), height: Math.ceil(2 * box.height) });
+    const ctx = c.getContext("2d");
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, c.width, c.height);
+    ctx.drawImage(image, 0, 0, c.width, c.height);
+    download(exportName("png"), c.toDataURL("image/png"));
+  };
+  image.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text);
+}
 
 // ---------------------------------------------------------------- roles of a roles run
 function roleOf(l, h) {
@@ -184,7 +279,16 @@ async function run() {
     if (modelChanged) { app.ablated.clear(); await loadRoles(); }
     $("other-box").hidden = data.causal;
     view.show(data);
+    if (app.pending) {  // a permalink: its word and head, once its sentence is shown
+      const w = Number(app.pending.get("word")), l = Number(app.pending.get("layer")), h = Number(app.pending.get("head"));
+      app.pending = null;
+      if (w >= 0 && w < data.words.length) view.word = w;
+      if (l >= 0 && l < data.layers && h >= 0 && h < data.heads_in_layer[l]) { view.layer = l; view.head = h; }
+      view.render();
+    }
     showHead();
+    drawThumbs();
+    remember();
     await ablate();
     status(data.model + ": " + data.words.length + " words, " + data.tokens.length + " tokens, " +
       Math.round(performance.now() - started) + " ms");
@@ -207,6 +311,16 @@ async function start() {
     picker.appendChild(option);
   });
   $("text").value = answer.sentence;
+  const asked = recalled();
+  if (asked) {  // opened from a permalink
+    $("text").value = asked.get("text");
+    if ([...picker.options].some((o) => o.value === asked.get("model") && !o.disabled)) picker.value = asked.get("model");
+    app.pending = asked;
+  }
+  $("model-view").addEventListener("toggle", drawThumbs);
+  $("export-json").addEventListener("click", exportJson);
+  $("export-svg").addEventListener("click", exportSvg);
+  $("export-png").addEventListener("click", exportPng);
   $("text").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); run(); } });
   $("run").addEventListener("click", run);
   picker.addEventListener("change", run);

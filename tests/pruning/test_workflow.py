@@ -19,7 +19,7 @@ def test_prune_and_report_give_the_same_curve(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import headlab.datasets
-    from headlab.cli.report import _measure_curve
+    from headlab.report.full import measure_extras
 
     # both commands default to the bundled STS-B sample: its first 45 pairs keep this quick
     sample = headlab.datasets.sample_path
@@ -31,7 +31,9 @@ def test_prune_and_report_give_the_same_curve(
     model = build("bert", tmp_path / "bert")
     assert main(["prune", "--model", str(model), "--curve", "--json"]) == 0
     from_prune = json.loads(capsys.readouterr().out)
-    from_report = _measure_curve(load(model), None)
+    # what headlab report --prune measures (the full curve; nothing else asked for)
+    extras = measure_extras(load(model), given=frozenset({"cost", "experiment"}))
+    from_report = extras["pruning"]
     assert from_prune["schema"] == from_report["schema"] == SCHEMA
     assert from_prune == from_report
     assert len(from_prune["curve"]) > 2 and from_prune["curve"][0]["heads_removed"] == 0

@@ -76,7 +76,12 @@ def _pairs(ablate: Ablated) -> list[list[int]]:
 
 
 def next_tokens(
-    lm: LoadedModel, text: str, *, ablate: Ablated | None = None, k: int = 5
+    lm: LoadedModel,
+    text: str,
+    *,
+    ablate: Ablated | None = None,
+    k: int = 5,
+    means: Mapping[int, torch.Tensor] | None = None,
 ) -> list[tuple[str, float]]:
     """The ``k`` likeliest tokens after ``text`` with their probabilities, ``ablate``'s heads off.
 
@@ -91,7 +96,14 @@ def next_tokens(
     active = {layer: list(heads) for layer, heads in (ablate or {}).items() if list(heads)}
     with (
         torch.inference_mode(),
-        HeadCapture(lm, ablate=active, record_queries_keys=False, record_head_outputs=False),
+        HeadCapture(
+            lm,
+            ablate=active,
+            ablation="zero" if means is None else "mean",
+            means=means if active else None,
+            record_queries_keys=False,
+            record_head_outputs=False,
+        ),
     ):
         logits = last_logits(lm, ids)[0].float()  # (V,)
     probs = torch.softmax(logits, dim=-1)
@@ -107,8 +119,11 @@ def ablation_effect(
     *,
     other: str | None = None,
     k: int = 5,
+    means: Mapping[int, torch.Tensor] | None = None,
 ) -> AblationEffect:
-    """``text`` with all heads and with ``ablate`` (``{layer: [heads]}``) switched off.
+    """``text`` with all heads and with ``ablate`` (``{layer: [heads]}``) switched off: their
+    outputs zeros, or with ``means`` (:func:`reference_means`) their mean outputs over
+    reference text (mean ablation: the head says what it says on average, not nothing).
 
     Raises:
         InputError: a layer or head out of range, ``k`` below 1, ``other`` given to a decoder.
@@ -126,11 +141,11 @@ def ablation_effect(
             kind="next-token",
             ablated=pairs,
             before=next_tokens(lm, text, k=k),
-            after=next_tokens(lm, text, ablate=ablate, k=k),
+            after=next_tokens(lm, text, ablate=ablate, k=k, means=means),
         )
     texts = [text] if other is None else [text, other]
     full = embed(lm, texts)  # (N, E), L2-normalised
-    off = embed(lm, texts, removed=ablate)
+    off = embed(lm, texts, removed=ablate, means=means)
     return AblationEffect(
         kind="similarity",
         ablated=pairs,
@@ -141,3 +156,17 @@ def ablation_effect(
         other_before=None if other is None else float(full[0] @ full[1]),
         other_after=None if other is None else float(off[0] @ off[1]),
     )
+
+
+#: sentences of the bundled UD EWT sample whose head outputs are averaged for mean ablation
+MEAN_SENTENCES = 100
+
+
+def reference_means(lm: LoadedModel, n: int = MEAN_SENTENCES) -> dict[int, torch.Tensor]:
+    """Every head's mean output ``{layer: (H, D)}`` over the first ``n`` sentences of the
+    bundled UD English EWT sample: what mean ablation puts in a switched-off head's place."""
+    from headlab.datasets import read_treebank, sample_path
+    from headlab.models.analysis import mean_head_outputs
+
+    sentences = read_treebank(sample_path("treebank"), limit=n).sentences
+    return mean_head_outputs(lm, [" ".join(s.words) for s in sentences])

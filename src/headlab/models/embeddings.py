@@ -25,12 +25,18 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def embed(
-    lm: LoadedModel, texts: Sequence[str], *, removed: Removed | None = None, batch: int = 64
+    lm: LoadedModel,
+    texts: Sequence[str],
+    *,
+    removed: Removed | None = None,
+    batch: int = 64,
+    means: Mapping[int, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Sentence embeddings ``(N, E)`` with ``removed`` heads zero-ablated."""
+    """Sentence embeddings ``(N, E)`` with ``removed`` heads ablated: zeros, or with ``means``
+    their mean outputs."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     chunks = []
-    with torch.inference_mode(), ablated(lm, removed):
+    with torch.inference_mode(), ablated(lm, removed, means):
         for lo in range(0, len(order), batch):
             idx = order[lo : lo + batch]
             inputs = encode(lm, [texts[i] for i in idx])
@@ -50,12 +56,26 @@ def last_hidden(lm: LoadedModel, output: Any) -> torch.Tensor:
 
 
 class ablated:
-    """Zero-ablation of removed heads (no capture), or nothing."""
+    """Ablation of removed heads (no capture), or nothing: zeros, or with ``means``
+    (``{layer: (H, D)}``, :func:`headlab.models.analysis.mean_head_outputs`) each head's mean
+    output."""
 
-    def __init__(self, lm: LoadedModel, removed: Removed | None) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        removed: Removed | None,
+        means: Mapping[int, torch.Tensor] | None = None,
+    ) -> None:
         active = {k: list(v) for k, v in (removed or {}).items() if list(v)}
         self.cap = (
-            HeadCapture(lm, ablate=active, record_queries_keys=False, record_head_outputs=False)
+            HeadCapture(
+                lm,
+                ablate=active,
+                ablation="zero" if means is None else "mean",
+                means=means,
+                record_queries_keys=False,
+                record_head_outputs=False,
+            )
             if active
             else None
         )

@@ -8,7 +8,8 @@ path                method  answer
 ``/api/sentence``   POST    ``{model, text, word?}``: every head's pattern (``headlab.sentence/1``)
 ``/api/heads``      GET/POST the table of ``headlab heads TEXT --json``, same keys and values
                             (``text``, ``model``, ``word``, ``layer``/``head`` repeatable, ``top``)
-``/api/ablate``     POST    ``{model, text, ablate: [[layer, head]...], other?, k?}``: next-token
+``/api/ablate``     POST    ``{model, text, ablate: [[layer, head]...], other?, k?, mode?}`` (mode
+                            ``zero`` or ``mean``): next-token
                             prediction or embedding similarity with and without those heads
 ``/api/roles``      GET     ``?model=``: the model's roles run, and where it comes from
 =================== ======= ===================================================================
@@ -89,6 +90,7 @@ class Explorer:
         self.limits = limits
         self.sentence = sentence
         self._page: tuple[str, str] | None = None
+        self._mean_cache: dict[int, Any] = {}  # id(model) -> its heads' mean outputs
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, method: str, target: str, body: bytes = b"") -> Response:
@@ -227,13 +229,25 @@ class Explorer:
         k = data.get("k", 5)
         if not _is_int(k) or not 1 <= k <= 50:
             raise ApiError(400, "'k' must be an integer from 1 to 50")
+        mode = data.get("mode", "zero")
+        if mode not in ("zero", "mean"):
+            raise ApiError(400, f"'mode' must be zero or mean, got {mode!r}")
         with self.shelf.lock:
             lm = self._model(data)
             self._fits(lm, text)
             if other is not None:
                 self._fits(lm, other, "other")
-            effect = ablation_effect(lm, text, ablate, other=other, k=k)
-        return json_response(effect.to_json())
+            means = self._means(lm) if mode == "mean" and ablate else None
+            effect = ablation_effect(lm, text, ablate, other=other, k=k, means=means)
+        return json_response({**effect.to_json(), "mode": mode})
+
+    def _means(self, lm: Any) -> Any:
+        """Each head's mean output over reference text, once per model (mean ablation)."""
+        from headlab.explore.ablation import reference_means
+
+        if id(lm) not in self._mean_cache:
+            self._mean_cache[id(lm)] = reference_means(lm)
+        return self._mean_cache[id(lm)]
 
     def roles_json(self, data: dict[str, Any]) -> Response:
         from headlab.report.figures import role_styles

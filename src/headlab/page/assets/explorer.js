@@ -215,10 +215,12 @@ async function ablate() {
   try {
     const effect = await api("/api/ablate", {
       model: app.model, text: app.text, ablate: pairs, other: other && !app.sentence.causal ? other : null,
+      mode: $("mode").value,
     });
     if (asked !== app.asked) return;  // a later request is on its way
     box.replaceChildren(drawEffect(effect, pairs.length));
     box.setAttribute("data-off", pairs.length);
+    box.setAttribute("data-mode", effect.mode);
   } catch (e) {
     if (asked === app.asked) status(e.message, true);
   }
@@ -319,6 +321,7 @@ async function start() {
   }
   $("model-view").addEventListener("toggle", drawThumbs);
   $("export-json").addEventListener("click", exportJson);
+  $("mode").addEventListener("change", ablate);
   $("export-svg").addEventListener("click", exportSvg);
   $("export-png").addEventListener("click", exportPng);
   $("text").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); run(); } });

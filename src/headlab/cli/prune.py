@@ -94,6 +94,15 @@ def add_parser(sub: Any) -> None:
         metavar="F,F",
         help="on a curve, recover at the last point at or below these shares (default 0.5,0.7)",
     )
+    _add_method_arguments(p)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    out.add_argument("--csv", action="store_true", help="the curve as CSV")
+    p.set_defaults(handler=run)
+
+
+def _add_method_arguments(p: Any) -> None:
+    """The importance methods' settings, recovery, comparison and figures."""
     p.add_argument(
         "--compare",
         action="store_true",
@@ -152,10 +161,6 @@ def add_parser(sub: Any) -> None:
         type=integer(2, 10**9),
         help="use at most this many STS-B pairs (--metric ioi: this many evaluation prompts)",
     )
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="machine-readable output")
-    out.add_argument("--csv", action="store_true", help="the curve as CSV")
-    p.set_defaults(handler=run)
 
 
 def options_from(args: argparse.Namespace) -> Any:

@@ -313,6 +313,84 @@ def _quietly(call: Any, *args: Any, **kwargs: Any) -> Any:
             hf_logging.enable_progress_bar()
 
 
+def _tokenizer(folder: Path, common: _LocalOnly) -> Any:
+    """The folder's fast tokenizer, or a one-line error."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), **common)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{folder}: cannot load the tokenizer ({type(exc).__name__}: {exc})"
+        ) from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
+    return tokenizer
+
+
+def _weights_error(exc: Exception, folder: Path, attn: str, model_class: Any) -> Exception:
+    """What loading the weights failing means, in one line: a family that refuses headlab's
+    attention function, or transformers' own message, shortened."""
+    # Falcon looks the implementation up in its own table; DeBERTa-v2, MPNet, BLOOM refuse it
+    refused = (isinstance(exc, KeyError) and attn in str(exc)) or (
+        isinstance(exc, ValueError) and "does not support an attention implementation" in str(exc)
+    )
+    if refused and model_class is not None:
+        return UnsupportedModelError(not_through_interface(model_class))
+    detail = " ".join(str(exc).split())  # one line, however long transformers' message
+    if len(detail) > 400:
+        detail = detail[:400] + "..."
+    return ModelLoadError(f"{folder}: cannot load the weights ({type(exc).__name__}: {detail})")
+
+
+def _placed(
+    placement: Placement, auto: Any, tower_config: Any, folder: Path, common: _LocalOnly, dtype: Any
+) -> dict[str, Any]:
+    """``from_pretrained``'s device map (and offload folder) for ``placement``, checked on an
+    empty model of the folder's shapes before any weight is read."""
+    from transformers import AutoConfig
+
+    config = tower_config or AutoConfig.from_pretrained(str(folder), **common)
+    device_map = resolve(placement, empty_model(auto, config, dtype), folder=folder)
+    placed: dict[str, Any] = {"device_map": device_map}
+    if placement.offload_folder is not None:
+        placed["offload_folder"] = str(placement.offload_folder)
+    return placed
+
+
+def locate(
+    path: str | Path | None,
+    *,
+    revision: str | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> tuple[Path, str]:
+    """The folder ``load`` reads ``path`` from, and the model's display name: the default
+    model's package, a ``.gguf`` file's converted folder, a bundled model, a cached Hub name's
+    snapshot, or the folder itself.
+
+    Raises:
+        ModelLoadError: ``revision`` given for anything but a cached model name.
+    """
+    folder = default_model_path() if path is None else Path(path)
+    name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
+    if path is not None and gguf.is_gguf_path(path):
+        source = folder
+        folder = gguf.folder_for(source, notify=notify)
+        name = source.name[: -len(".gguf")]
+    elif path is not None and not folder.exists():
+        if str(path) in BUNDLED:
+            folder = bundled_model_path(str(path), notify=notify)
+            name = BUNDLED_NAMES[str(path)]
+        elif hub.looks_like_repo_id(str(path)):  # a model name: the local Hub cache
+            folder, name = hub.resolve_cached(str(path), revision=revision), str(path)
+            revision = None
+    if revision is not None:
+        raise ModelLoadError(
+            f"--revision {revision!r} applies to cached model names, not to the folder {folder}"
+        )
+    return folder, name
+
+
 def load(
     path: str | Path | None = None,
     *,
@@ -356,23 +434,7 @@ def load(
     if reads not in TOWERS:
         raise InputError(f"reads must be one of {', '.join(TOWERS)}, got {reads!r}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    folder = default_model_path() if path is None else Path(path)
-    name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
-    if path is not None and gguf.is_gguf_path(path):
-        source = folder
-        folder = gguf.folder_for(source, notify=notify)
-        name = source.name[: -len(".gguf")]
-    elif path is not None and not folder.exists():
-        if str(path) in BUNDLED:
-            folder = bundled_model_path(str(path), notify=notify)
-            name = BUNDLED_NAMES[str(path)]
-        elif hub.looks_like_repo_id(str(path)):  # a model name: the local Hub cache
-            folder, name = hub.resolve_cached(str(path), revision=revision), str(path)
-            revision = None
-    if revision is not None:
-        raise ModelLoadError(
-            f"--revision {revision!r} applies to cached model names, not to the folder {folder}"
-        )
+    folder, name = locate(path, revision=revision, notify=notify)
     config_dict = check_folder(folder)
     model_type = config_dict.get("model_type") or "unknown"
     try:
@@ -383,7 +445,7 @@ def load(
         if not config_dict.get("is_encoder_decoder"):
             raise ConfigError(f"{folder / 'config.json'}: {exc}") from None
 
-    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModel, AutoModelForCausalLM
 
     register()
     auto = AutoModelForCausalLM if with_lm_head else AutoModel
@@ -401,30 +463,15 @@ def load(
         raise UnsupportedModelError(not_through_interface(model_class))  # before the weights
     attn = implementation_for(model_class)
     common: _LocalOnly = {"local_files_only": True, "trust_remote_code": False}
-    tokenizer = None  # an image model reads pixels: its image processor is for the caller
-    if reads == "text":
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(folder), **common)
-        except Exception as exc:
-            raise ModelLoadError(
-                f"{folder}: cannot load the tokenizer ({type(exc).__name__}: {exc})"
-            ) from None
-        if not getattr(tokenizer, "is_fast", False):
-            raise ModelLoadError(f"{folder}: headlab needs a fast tokenizer (tokenizer.json)")
+    # an image model reads pixels: its image processor is for the caller
+    tokenizer = _tokenizer(folder, common) if reads == "text" else None
     model: Any
     pruned = config_dict.get(PRUNED_KEY)
     placed: dict[str, Any] = {}
     device_map: dict[str, Any] | None = None
     if placement is not None and not (pruned and not pruned.get("native")):
-        from transformers import AutoConfig
-
-        skeleton = empty_model(
-            auto, tower_config or AutoConfig.from_pretrained(str(folder), **common), dtype
-        )
-        device_map = resolve(placement, skeleton, folder=folder)  # checked before any weight
-        placed = {"device_map": device_map}
-        if placement.offload_folder is not None:
-            placed["offload_folder"] = str(placement.offload_folder)
+        placed = _placed(placement, auto, tower_config, folder, common, dtype)
+        device_map = placed["device_map"]
     try:
         if pruned and not pruned.get("native"):
             # a config the family cannot express: build the full shapes, shrink, then load
@@ -458,19 +505,7 @@ def load(
     except (ModelLoadError, InputError, UnsupportedModelError):
         raise
     except Exception as exc:
-        # Falcon looks the implementation up in its own table; DeBERTa-v2, MPNet, BLOOM refuse it
-        refused = (isinstance(exc, KeyError) and attn in str(exc)) or (
-            isinstance(exc, ValueError)
-            and "does not support an attention implementation" in str(exc)
-        )
-        if refused and model_class is not None:
-            raise UnsupportedModelError(not_through_interface(model_class)) from None
-        detail = " ".join(str(exc).split())  # one line, however long transformers' message
-        if len(detail) > 400:
-            detail = detail[:400] + "..."
-        raise ModelLoadError(
-            f"{folder}: cannot load the weights ({type(exc).__name__}: {detail})"
-        ) from None
+        raise _weights_error(exc, folder, attn, model_class) from None
     if device_map is None:
         model.to(device)
     model.eval()

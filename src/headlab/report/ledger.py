@@ -159,14 +159,27 @@ def build_ledger(
     words), ``verdict``, ``rule``, ``section`` (the report's anchor) and ``command`` (what
     produces the numbers)."""
     cells = _cells(experiments)
-    binding = [c for c in cells if c["task"] == "binding"]
-    ovm = "headlab experiment one-vs-many --quick --json"
-    rows = []
+    return [
+        _averaging_row(cells),
+        *_roles_rows(roles),
+        _concatenation_row(cost),
+        _pruning_row(pruning),
+        _several_row(cells),
+        *_cost_rows(cost),
+    ]
 
+
+#: the commands behind the experiments' and the cost's numbers
+OVM = "headlab experiment one-vs-many --quick --json"
+COST = "headlab experiment cost --quick --json"
+
+
+def _averaging_row(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    binding = [c for c in cells if c["task"] == "binding"]
     r = _row(
         "One head averages competing needs",
         "experiment",
-        ovm,
+        OVM,
         "several heads beat one on the binding task and the single head splits >= 0.2 / 0.2",
     )
     if binding:
@@ -174,8 +187,10 @@ def build_ledger(
         averaging, split = _averaging(c["ex"])
         r["figure"] = c["text"] + split
         r["verdict"] = (HOLDS if averaging else PART) if c["better"] else SCALE
-    rows.append(r)
+    return r
 
+
+def _roles_rows(roles: dict[str, Any] | None) -> list[dict[str, Any]]:
     r = _row(
         "Heads specialize: syntax, coreference, position, delimiters, rare tokens",
         "roles",
@@ -217,13 +232,14 @@ def build_ledger(
         )
         hits = (unclassified >= 0.25) + (median is not None and median < 0.9)
         r2["verdict"] = HOLDS if hits == 2 else PART if hits == 1 else SCALE
-    rows += [r, r2]
+    return [r, r2]
 
-    cost_cmd = "headlab experiment cost --quick --json"
+
+def _concatenation_row(cost: dict[str, Any] | None) -> dict[str, Any]:
     r = _row(
         "Outputs are concatenated and mixed by a projection",
         "cost",
-        cost_cmd,
+        COST,
         "heads one at a time through their slices of W_O, summed = the module, within 1e-4",
     )
     diffs = [
@@ -238,8 +254,10 @@ def build_ledger(
             f"{worst:.1e} from the fused module ({len(diffs)} head counts x lengths)"
         )
         r["verdict"] = HOLDS if worst <= 1e-4 else PART
-    rows.append(r)
+    return r
 
+
+def _pruning_row(pruning: dict[str, Any] | None) -> dict[str, Any]:
     r = _row(
         "Many heads are redundant and can be pruned",
         "pruning",
@@ -256,30 +274,34 @@ def build_ledger(
             f"{before:.2f} ({pruning['unit']})"
         )
         r["verdict"] = HOLDS if share >= 0.3 else PART if share > 0 else SCALE
-    rows.append(r)
+    return r
 
+
+def _several_row(cells: list[dict[str, Any]]) -> dict[str, Any]:
     r = _row(
         "Several heads beat one at equal width",
         "experiment",
-        ovm + "; headlab experiment one-vs-many --setting large [--quick] --json",
+        OVM + "; headlab experiment one-vs-many --setting large [--quick] --json",
         "per task: gap > 2 x seed sd and > 5 points / 1%; all tasks holds, some in part",
     )
     if cells:
         n_better = sum(c["better"] for c in cells)
         r["figure"] = "; ".join(c["text"] for c in cells)
         r["verdict"] = HOLDS if n_better == len(cells) else PART if n_better else SCALE
-    rows.append(r)
+    return r
 
+
+def _cost_rows(cost: dict[str, Any] | None) -> list[dict[str, Any]]:
     r = _row(
         "Multi-head costs about the same",
         "cost",
-        cost_cmd,
+        COST,
         "equal parameters and FLOPs; slowest head count <= 1.5x fastest (fused forward)",
     )
     r2 = _row(
         "Heads run in parallel",
         "cost",
-        cost_cmd,
+        COST,
         "Python loop over heads vs fused, most heads, longest length: >= 2x holds, > 1.2x in part",
     )
     if cost and cost.get("rows"):
@@ -309,8 +331,7 @@ def build_ledger(
                 f"once ({longest} tokens, {cost['device']})"
             )
             r2["verdict"] = HOLDS if loop >= 2 else PART if loop > 1.2 else SCALE
-    rows += [r, r2]
-    return rows
+    return [r, r2]
 
 
 def ledger_markdown(rows: Sequence[dict[str, Any]]) -> str:

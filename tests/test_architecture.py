@@ -198,7 +198,6 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
 #: functions still over the limit, at their present length: each may shrink, none may grow
 LONG_FUNCTIONS = {
     "headlab/attention/blocks/stream.py:attention_blocks": 143,
-    "headlab/roles/scoring.py:head_role": 143,
 }
 MAX_FUNCTION_LINES = 120
 

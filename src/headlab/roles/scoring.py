@@ -223,6 +223,89 @@ def _number(v: float) -> float | None:
     return None if math.isnan(v) else v
 
 
+#: the scores a head's result lists, each of every head
+SCORE_NAMES = (
+    "positional",
+    "previous",
+    "next",
+    "delimiter",
+    "cls",
+    "sep",
+    "punct",
+    "rare-token",
+    "syntactic",
+    "coreference",
+    "broad",
+    "entropy",
+    "induction",
+    "copying",
+    "previous-token",
+    "duplicate-token",
+)
+
+
+def _syntactic_proof(
+    value: Any,
+    syn: dict[str, torch.Tensor],
+    at: tuple[int, int, int],
+    names: tuple[str, str],
+    score: float | None,
+    baseline: float | None,
+    bootstrap_rows: slice | torch.Tensor,
+) -> dict[str, Any]:
+    """A syntactic head's evidence: its relation x direction (``at``: layer, head, index
+    ``relation * 2 + direction``), accuracy and baseline with intervals over documents, p, q."""
+    layer, h, k = at
+    hits, n = value("syntactic_hits") or 0.0, value("syntactic_count") or 0.0
+    interval, deff = _interval(hits, n, syn["accuracy"][bootstrap_rows, layer, h, k // 2, k % 2])
+    base_interval, _ = _interval(
+        (baseline or 0.0) * n, n, syn["baseline"][bootstrap_rows, k // 2, k % 2]
+    )
+    return {
+        "probe": "syntactic",
+        "relation": names[0],
+        "direction": names[1],
+        "accuracy": score,
+        "interval": interval,
+        "design_effect": deff,
+        "baseline": baseline,
+        "baseline_interval": base_interval,
+        "baseline_offset": int(syn["baseline_offset"][0, k // 2, k % 2]),
+        "count": int(n),
+        "p": value("syntactic_p"),
+        "q": value("syntactic_q"),
+    }
+
+
+def _coreference_proof(
+    value: Any,
+    scores: dict[str, torch.Tensor],
+    at: tuple[int, int],
+    score: float | None,
+    baseline: float | None,
+    bootstrap_rows: slice | torch.Tensor,
+) -> dict[str, Any]:
+    """A coreference head's evidence on GAP, against the best baseline, with intervals."""
+    layer, h = at
+    hits, n = value("coreference_hits") or 0.0, value("coreference_count") or 0.0
+    against = coreference.BASELINES[int(scores["coreference_against"][0])]
+    interval, deff = _interval(hits, n, scores["coreference"][bootstrap_rows, layer, h])
+    base_interval, _ = _interval(
+        (baseline or 0.0) * n, n, scores[f"coref_{against}"][bootstrap_rows]
+    )
+    return {
+        "probe": "coreference",
+        "accuracy": score,
+        "interval": interval,
+        "design_effect": deff,
+        "baseline": baseline,
+        "baseline_interval": base_interval,
+        "count": int(n),
+        "p": value("coreference_p"),
+        "q": value("coreference_q"),
+    }
+
+
 def head_role(
     layer: int,
     h: int,
@@ -271,45 +354,11 @@ def head_role(
         k = int(scores["syntactic_relation"][0, layer, h])
         relation, direction = relations[k // 2], syntactic.DIRECTIONS[k % 2]
         detail = f"{relation} {direction.replace('_', ' ')}"
-        hits, n = value("syntactic_hits") or 0.0, value("syntactic_count") or 0.0
-        interval, deff = _interval(
-            hits, n, syn["accuracy"][bootstrap_rows, layer, h, k // 2, k % 2]
+        proof = _syntactic_proof(
+            value, syn, (layer, h, k), (relation, direction), score, baseline, bootstrap_rows
         )
-        base_interval, _ = _interval(
-            (baseline or 0.0) * n, n, syn["baseline"][bootstrap_rows, k // 2, k % 2]
-        )
-        proof = {
-            "probe": "syntactic",
-            "relation": relation,
-            "direction": direction,
-            "accuracy": score,
-            "interval": interval,
-            "design_effect": deff,
-            "baseline": baseline,
-            "baseline_interval": base_interval,
-            "baseline_offset": int(syn["baseline_offset"][0, k // 2, k % 2]),
-            "count": int(n),
-            "p": value("syntactic_p"),
-            "q": value("syntactic_q"),
-        }
     elif measured == "coreference":
-        hits, n = value("coreference_hits") or 0.0, value("coreference_count") or 0.0
-        against = coreference.BASELINES[int(scores["coreference_against"][0])]
-        interval, deff = _interval(hits, n, scores["coreference"][bootstrap_rows, layer, h])
-        base_interval, _ = _interval(
-            (baseline or 0.0) * n, n, scores[f"coref_{against}"][bootstrap_rows]
-        )
-        proof = {
-            "probe": "coreference",
-            "accuracy": score,
-            "interval": interval,
-            "design_effect": deff,
-            "baseline": baseline,
-            "baseline_interval": base_interval,
-            "count": int(n),
-            "p": value("coreference_p"),
-            "q": value("coreference_q"),
-        }
+        proof = _coreference_proof(value, scores, (layer, h), score, baseline, bootstrap_rows)
     elif measured == "delimiter":
         parts = {p: value(p) or 0.0 for p in ("cls", "sep", "punct")}
         detail = {"cls": "[CLS]", "sep": "[SEP]/EOS", "punct": "punctuation"}[
@@ -331,24 +380,6 @@ def head_role(
         detail = f"unstable: {measured} in {folds:.0%} of folds" + (
             f" ({detail})" if detail else ""
         )
-    names = (
-        "positional",
-        "previous",
-        "next",
-        "delimiter",
-        "cls",
-        "sep",
-        "punct",
-        "rare-token",
-        "syntactic",
-        "coreference",
-        "broad",
-        "entropy",
-        "induction",
-        "copying",
-        "previous-token",
-        "duplicate-token",
-    )
     return HeadRole(
         layer=layer,
         head=h,
@@ -359,7 +390,7 @@ def head_role(
         margin=margin,
         detail=detail,
         stability=stability,
-        scores={name: value(name) for name in names if name in scores},
+        scores={name: value(name) for name in SCORE_NAMES if name in scores},
         measured_role=measured,
         stable=stable,
         fold_agreement=folds,

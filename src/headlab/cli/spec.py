@@ -52,8 +52,9 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--dtype",
-        help="KV-cache dtype: fp32, fp16, bf16, fp8, int8, int4 (default: the dtype the model "
-        "loads in, its config's torch_dtype; fp32 when the config names none)",
+        help="KV-cache dtype: fp32, fp16, bf16, fp8, int8, int4 (default: the config's "
+        "torch_dtype; when it names none, fp32 for a model headlab loads (a folder, a GGUF "
+        "file, the default model) and bf16 for a catalog name)",
     )
     p.add_argument(
         "--plan",

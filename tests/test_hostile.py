@@ -51,7 +51,7 @@ def _gap_row(rid: str, text: str, pronoun: str, a: str, b: str, a_true: bool = T
 
 def build_files(root: Path) -> None:
     """The hostile inputs, written under ``root``."""
-    from headlab.models.loading import bundled_model_path
+    from headlab.models.names import bundled_model_path
 
     trees = "\n\n".join("\n".join(t) for t in [GOOD_TREE, *TREES.values()]) + "\n"
     (root / "trees.conllu").write_text(trees, encoding="utf-8")
@@ -359,7 +359,7 @@ def test_roles_report_the_trees_left_out(
     beside those the model could not align."""
     import json
 
-    from headlab.models.loading import bundled_model_path
+    from headlab.models.names import bundled_model_path
 
     monkeypatch.chdir(files)
     model = str(bundled_model_path("tiny-shakespeare"))

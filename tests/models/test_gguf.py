@@ -20,7 +20,7 @@ from tests.conftest import needs_smollm2
 
 from headlab.errors import ModelLoadError, UnsupportedModelError
 from headlab.models import gguf, load, names
-from headlab.models.loading import bundled_model_path
+from headlab.models.names import bundled_model_path
 
 PROMPT = "The capital of France is"
 

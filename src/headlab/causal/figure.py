@@ -16,8 +16,6 @@ def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from headlab.outputs import write_bytes_atomic
-
     effects = result.effects.double().numpy()  # (L, H), NaN where a layer has no such head
     n_layers, n_heads = effects.shape
     bound = float(abs(effects[effects == effects]).max(initial=0.0)) or 1.0
@@ -39,11 +37,7 @@ def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
         fontsize=8,
     )
     fig.colorbar(image, ax=ax, label="effect (share of the logit difference removed)")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=130)
-    plt.close(fig)
-    return write_bytes_atomic(Path(path), buffer.getvalue())
+    return _save(fig, path)
 
 
 def write_composition(
@@ -64,8 +58,6 @@ def write_composition(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from headlab.outputs import write_bytes_atomic
 
     table = scores.scores(kind).double().numpy() / scores.baseline[kind]  # (L, H, L, H)
     n_heads = table.shape[1]
@@ -101,6 +93,15 @@ def write_composition(
         fontsize=9,
     )
     fig.colorbar(image, ax=ax, label="x baseline")
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    """``fig`` as a PNG at ``path``, written atomically; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    from headlab.outputs import write_bytes_atomic
+
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=130)

@@ -17,13 +17,8 @@ if TYPE_CHECKING:
     from headlab.models.adapters import adapter_for
     from headlab.models.analysis import WordAttention, mean_head_outputs, word_attention
     from headlab.models.capture import HeadCapture, attention_pattern
-    from headlab.models.loading import (
-        DEFAULT_MODEL_NAME,
-        LoadedModel,
-        default_model_path,
-        load,
-        wrap,
-    )
+    from headlab.models.loading import LoadedModel, load, wrap
+    from headlab.models.names import DEFAULT_MODEL_NAME, default_model_path
     from headlab.models.runner import Batch, Skipped, encode, run_corpus, stream_corpus
     from headlab.models.streaming import BlockConsumer, StreamingAttention
     from headlab.models.words import Alignment, align, split_words, word_pattern
@@ -34,7 +29,7 @@ _WHERE = {
     "Alignment": "words",
     "Batch": "runner",
     "BlockConsumer": "streaming",
-    "DEFAULT_MODEL_NAME": "loading",
+    "DEFAULT_MODEL_NAME": "names",
     "HeadCapture": "capture",
     "LoadedModel": "loading",
     "Skipped": "runner",
@@ -43,7 +38,7 @@ _WHERE = {
     "adapter_for": "adapters",
     "align": "words",
     "attention_pattern": "capture",
-    "default_model_path": "loading",
+    "default_model_path": "names",
     "encode": "runner",
     "load": "loading",
     "mean_head_outputs": "analysis",

@@ -4,11 +4,20 @@ both silently: headlab refuses either in one line)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from headlab.errors import ModelLoadError
 from headlab.layout.attention import read_config
+from headlab.models import gguf, hub
+from headlab.models.names import (
+    BUNDLED,
+    BUNDLED_NAMES,
+    DEFAULT_MODEL_NAME,
+    bundled_model_path,
+    default_model_path,
+)
 
 
 def check_folder(path: Path) -> dict[str, Any]:
@@ -96,3 +105,36 @@ def check_loading_info(folder: Path, model: Any, info: dict[str, Any]) -> None:
             f"{folder}: {len(mismatched)} weight(s) have other shapes than {config.name} "
             f"gives ({_first(sorted(mismatched))})"
         )
+
+
+def locate(
+    path: str | Path | None,
+    *,
+    revision: str | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> tuple[Path, str]:
+    """The folder ``load`` reads ``path`` from, and the model's display name: the default
+    model's package, a ``.gguf`` file's converted folder, a bundled model, a cached Hub name's
+    snapshot, or the folder itself.
+
+    Raises:
+        ModelLoadError: ``revision`` given for anything but a cached model name.
+    """
+    folder = default_model_path() if path is None else Path(path)
+    name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
+    if path is not None and gguf.is_gguf_path(path):
+        source = folder
+        folder = gguf.folder_for(source, notify=notify)
+        name = source.name[: -len(".gguf")]
+    elif path is not None and not folder.exists():
+        if str(path) in BUNDLED:
+            folder = bundled_model_path(str(path), notify=notify)
+            name = BUNDLED_NAMES[str(path)]
+        elif hub.looks_like_repo_id(str(path)):  # a model name: the local Hub cache
+            folder, name = hub.resolve_cached(str(path), revision=revision), str(path)
+            revision = None
+    if revision is not None:
+        raise ModelLoadError(
+            f"--revision {revision!r} applies to cached model names, not to the folder {folder}"
+        )
+    return folder, name

@@ -24,18 +24,10 @@ from headlab.errors import (
     UnsupportedModelError,
 )
 from headlab.layout.attention import AttentionLayout, layout_from_config
-from headlab.models import gguf, hub
 from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.dispatch import Placement, empty_model, main_device, resolve
-from headlab.models.folder import check_folder, check_loading_info
+from headlab.models.folder import check_folder, check_loading_info, locate
 from headlab.models.interface import implementation_for, register
-from headlab.models.names import (
-    BUNDLED,
-    BUNDLED_NAMES,
-    DEFAULT_MODEL_NAME,
-    bundled_model_path,
-    default_model_path,
-)
 from headlab.models.pruned import PRUNED_KEY
 
 logger = logging.getLogger(__name__)
@@ -356,39 +348,6 @@ def _placed(
     if placement.offload_folder is not None:
         placed["offload_folder"] = str(placement.offload_folder)
     return placed
-
-
-def locate(
-    path: str | Path | None,
-    *,
-    revision: str | None = None,
-    notify: Callable[[str], None] | None = None,
-) -> tuple[Path, str]:
-    """The folder ``load`` reads ``path`` from, and the model's display name: the default
-    model's package, a ``.gguf`` file's converted folder, a bundled model, a cached Hub name's
-    snapshot, or the folder itself.
-
-    Raises:
-        ModelLoadError: ``revision`` given for anything but a cached model name.
-    """
-    folder = default_model_path() if path is None else Path(path)
-    name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
-    if path is not None and gguf.is_gguf_path(path):
-        source = folder
-        folder = gguf.folder_for(source, notify=notify)
-        name = source.name[: -len(".gguf")]
-    elif path is not None and not folder.exists():
-        if str(path) in BUNDLED:
-            folder = bundled_model_path(str(path), notify=notify)
-            name = BUNDLED_NAMES[str(path)]
-        elif hub.looks_like_repo_id(str(path)):  # a model name: the local Hub cache
-            folder, name = hub.resolve_cached(str(path), revision=revision), str(path)
-            revision = None
-    if revision is not None:
-        raise ModelLoadError(
-            f"--revision {revision!r} applies to cached model names, not to the folder {folder}"
-        )
-    return folder, name
 
 
 def load(

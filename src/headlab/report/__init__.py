@@ -55,7 +55,7 @@ def write_report(
     ``overwrite``; any other folder never (see :mod:`headlab.outputs`). ``progress`` is told
     of two stages: the viewer's patterns, then the figures and the page.
     """
-    from headlab.models.loading import DEFAULT_MODEL_NAME
+    from headlab.models.names import DEFAULT_MODEL_NAME
     from headlab.report.decoder import companion
 
     out = Path(out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from tests.serve.conftest import watch
 
 pytestmark = pytest.mark.slow  # the page opens on the real MiniLM
@@ -176,4 +177,57 @@ def test_the_model_view_shows_every_head_at_once(page) -> None:
         " let lit = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 128) lit++; return [c.width, lit]; }"
     )
     assert drawn[0] >= 8 and drawn[1] >= drawn[0] // 2  # a positional head: one strong cell a row
+    assert page.errors == []
+
+
+def test_weights_scaled_by_value_norms_beside_the_raw_ones(page, browser) -> None:
+    """#46, item 9 (Kobayashi et al. 2020): the view switches to attention x value norm and
+    shows the library's weighted pattern; the export and the permalink say which it shows."""
+    import json
+
+    from headlab.explore.sentence import capture_sentence
+    from headlab.models import load
+
+    def export() -> dict:
+        with page.expect_download() as info:
+            page.click("#export-json")
+        return json.loads(Path(info.value.path()).read_bytes())
+
+    page.click("#heads .hl-grid button[data-layer='2'][data-head='0']")
+    raw = export()
+    page.select_option("#heads .hl-weighting", "norm")
+    assert page.get_attribute("#heads", "data-weighting") == "norm"
+    weighted = export()
+    assert (raw["weighting"], weighted["weighting"]) == ("attention", "norm")
+    heads = capture_sentence(load(), raw["text"])
+    for view, kind in ((raw, "attention"), (weighted, "norm")):
+        want = heads.pattern(2, 0, weighting=kind)
+        got = torch.tensor(view["pattern"])
+        assert (got - want).abs().max() <= 1 / 255 + 1e-6, kind  # bytes of round(255 * w)
+    special = torch.tensor(raw["special"])
+    rows = ~special
+    share = [torch.tensor(v["pattern"])[rows][:, special].sum(-1).mean() for v in (raw, weighted)]
+    assert share[1] < share[0], share  # [CLS] and [SEP] carry less than they draw
+    assert "weights=norm" in page.evaluate("location.href")
+    other = watch(browser.new_page(viewport={"width": 1400, "height": 1100}))
+    other.goto(page.evaluate("location.href"))
+    other.wait_for_selector("body[data-ready='1']", timeout=60_000)
+    other.wait_for_selector("#heads[data-weighting='norm']")
+    assert other.input_value("#heads .hl-weighting") == "norm"
+    assert other.errors == [] and page.errors == []
+    other.close()
+
+
+def test_resample_ablation_names_the_sentence_it_resampled_from(page) -> None:
+    """#46, item 9: beside zero and mean, a switched-off head can say what it said on another
+    sentence; the page names that sentence and the similarity moves with the mode."""
+    page.click("#heads .hl-grid button[data-layer='0'][data-head='3']")
+    page.click("#toggle")
+    page.wait_for_selector("#effect[data-off='1']")
+    zero = page.locator("#effect .similarity").text_content()
+    page.select_option("#mode", "resample")
+    page.wait_for_selector("#effect[data-mode='resample'] .resampled")
+    note = page.locator("#effect .resampled").text_content()
+    assert "on \u201c" in note and "(UD EWT)" in note
+    assert page.locator("#effect .similarity").text_content() != zero
     assert page.errors == []

@@ -29,6 +29,8 @@ from headlab.models.runner import encode
 #: the page and the notebook view draw at most this many words, and tokens, of a sentence
 MAX_VIEW_WORDS = 80
 MAX_VIEW_TOKENS = 128
+#: what a view's weights are: the attention weights, or weighted by value norms
+WEIGHTINGS = ("attention", "norm")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -63,12 +65,18 @@ class SentenceHeads:
     def heads_in_layer(self) -> tuple[int, ...]:
         return tuple(self.lm.layout.heads_per_layer)
 
-    def pattern(self, layer: int, head: int, *, tokens: bool = False) -> torch.Tensor:
-        """Where each word's (or with ``tokens``, each token's) attention goes in one head.
+    def pattern(
+        self, layer: int, head: int, *, tokens: bool = False, weighting: str = "attention"
+    ) -> torch.Tensor:
+        """Where each word's (or with ``tokens``, each token's) attention goes in one head:
+        the raw weights, or with ``weighting="norm"`` the weights scaled by the norm of what
+        each token contributes through the head (Kobayashi et al. 2020; rows rescaled to 1).
 
         Shape:
             ``(W, W)`` words, or ``(T, T)`` tokens; row ``i`` sums to 1 (0 for a padded row).
         """
+        if weighting not in WEIGHTINGS:
+            raise InputError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
         if not 0 <= layer < self.lm.n_layers:
             raise InputError(
                 f"layer {layer} out of range: {self.model} has layers 0..{self.lm.n_layers - 1}"
@@ -76,7 +84,11 @@ class SentenceHeads:
         n = self.heads_in_layer[layer]
         if not 0 <= head < n:
             raise InputError(f"head {head} out of range: layer {layer} has heads 0..{n - 1}")
-        source = self.attention.token_patterns if tokens else self.attention.patterns
+        wa = self.attention
+        if weighting == "norm":
+            source = wa.norm_token_patterns if tokens else wa.norm_patterns
+        else:
+            source = wa.token_patterns if tokens else wa.patterns
         return source[layer][head]
 
     def top(
@@ -142,6 +154,15 @@ class SentenceHeads:
             else None,
             "patterns": [_bytes(self.attention.patterns[i], n_words) for i in layers],
             "token_patterns": [_bytes(self.attention.token_patterns[i], n_tokens) for i in layers],
+            # the same weighted by value norms (Kobayashi et al. 2020), where they were measured
+            "norm_patterns": [_bytes(self.attention.norm_patterns[i], n_words) for i in layers]
+            if self.attention.norm_patterns
+            else None,
+            "norm_token_patterns": [
+                _bytes(self.attention.norm_token_patterns[i], n_tokens) for i in layers
+            ]
+            if self.attention.norm_token_patterns
+            else None,
         }
 
     def _repr_html_(self) -> str:
@@ -176,7 +197,7 @@ def capture_sentence(lm: LoadedModel, text: str, *, word: str | None = None) -> 
     """
     if not text or not text.strip():
         raise InputError("the text is empty: give a sentence")
-    wa = word_attention(lm, text, tokens=True)
+    wa = word_attention(lm, text, tokens=True, norms=True)
     ids = encode(lm, [wa.alignment.text])["input_ids"][0].tolist()
     chosen = word or default_word(text, wa.alignment, last=lm.causal)
     wa.alignment.word_index(chosen)  # a clear error if the word is missing

@@ -28,6 +28,9 @@ class WordAttention:
             came from, when asked for (``word_attention(..., tokens=True)``), else empty.
         sink: a causal model's attention sink (:func:`sink_index`): the word its heads park
             attention on, shown apart from the words a head looks at; ``None`` for an encoder.
+        norm_patterns, norm_token_patterns: the word- and token-level patterns weighted by
+            value norms (:meth:`~headlab.models.capture.HeadCapture.norm_weighted_pattern`),
+            when asked for (``word_attention(..., norms=True)``), else empty.
     """
 
     alignment: Alignment
@@ -35,6 +38,8 @@ class WordAttention:
     sides: dict[int, tuple[Alignment, Alignment]] = field(default_factory=dict)
     token_patterns: dict[int, torch.Tensor] = field(default_factory=dict)
     sink: int | None = None
+    norm_patterns: dict[int, torch.Tensor] = field(default_factory=dict)
+    norm_token_patterns: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def words_of(self, layer: int) -> tuple[Alignment, Alignment]:
         """The (query, key) words of ``layer``."""
@@ -86,24 +91,32 @@ def word_attention(
     words: Sequence[str] | None = None,
     layers: Iterable[int] | None = None,
     tokens: bool = False,
+    norms: bool = False,
 ) -> WordAttention:
     """Run one sentence once and return its word-level attention for ``layers`` (default all).
 
     Give raw ``text`` (split into words by :func:`~headlab.models.words.split_words`) or the
     sentence's ``words`` (a treebank's or a parser's tokens, joined with single spaces). With
-    ``tokens`` the token-level patterns are kept too (``WordAttention.token_patterns``).
+    ``tokens`` the token-level patterns are kept too (``WordAttention.token_patterns``); with
+    ``norms`` the patterns weighted by value norms too (Kobayashi et al. 2020), at word level and,
+    with ``tokens``, at token level.
     """
     alignment = align(lm.tokenizer, text=text, words=words, max_tokens=lm.max_positions)
     inputs = encode(lm, [alignment.text])
     with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:
         lm.model(**inputs)
     token_patterns = {layer: cap.pattern(layer)[0] for layer in cap.records}  # (H, T, S)
+    weighted = (
+        {layer: cap.norm_weighted_pattern(layer)[0] for layer in cap.records} if norms else {}
+    )  # (H, T, S) each
     patterns = {layer: word_pattern(p, alignment) for layer, p in token_patterns.items()}
     return WordAttention(
         alignment=alignment,
         patterns=patterns,
         token_patterns=token_patterns if tokens else {},
         sink=sink_index(alignment) if lm.causal else None,
+        norm_patterns={layer: word_pattern(p, alignment) for layer, p in weighted.items()},
+        norm_token_patterns=weighted if tokens else {},
     )
 
 

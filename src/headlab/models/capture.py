@@ -135,8 +135,11 @@ class HeadCapture:
         record_head_outputs: keep each head's output.
         ablate: ``{layer: [heads]}`` to remove from the output projection's input (layers by
             index or name, as ``layers``).
-        ablation: ``"zero"`` (replace with zeros) or ``"mean"`` (replace with ``means``).
+        ablation: ``"zero"`` (replace with zeros), ``"mean"`` (with ``means``) or
+            ``"resample"`` (with ``resampled``: another input's outputs, position by position).
         means: ``{layer: (H, D) tensor}`` mean head outputs, for mean-ablation.
+        resampled: ``{layer: (T_ref, H, D) tensor}`` each head's outputs on another input of
+            at least as many tokens, for resample-ablation (Chan et al. 2022).
 
     Example:
         >>> from headlab.models import load, HeadCapture, encode
@@ -156,8 +159,9 @@ class HeadCapture:
         record_queries_keys: bool = True,
         record_head_outputs: bool = True,
         ablate: LayerHeads | None = None,
-        ablation: Literal["zero", "mean"] = "zero",
+        ablation: Literal["zero", "mean", "resample"] = "zero",
         means: Mapping[int, torch.Tensor] | None = None,
+        resampled: Mapping[int, torch.Tensor] | None = None,
     ) -> None:
         self.lm = lm
         self.layers = (
@@ -169,14 +173,15 @@ class HeadCapture:
         self.record_queries_keys = record_queries_keys
         self.record_head_outputs = record_head_outputs
         self.ablate = _normalise_heads(ablate, lm)
-        if ablation not in ("zero", "mean"):
-            raise InputError(f"ablation must be 'zero' or 'mean', got {ablation!r}")
-        if ablation == "mean":
-            missing = [layer for layer in self.ablate if means is None or layer not in means]
-            if missing:
-                raise InputError(f"mean-ablation needs mean head outputs for layers {missing}")
+        if ablation not in ("zero", "mean", "resample"):
+            raise InputError(f"ablation must be 'zero', 'mean' or 'resample', got {ablation!r}")
+        fills = {"mean": means, "resample": resampled}.get(ablation, {})
+        missing = [layer for layer in self.ablate if fills is None or layer not in fills]
+        if ablation != "zero" and missing:
+            raise InputError(f"{ablation}-ablation needs head outputs for layers {missing}")
         self.ablation = ablation
         self.means = dict(means or {})
+        self.resampled = dict(resampled or {})
         self.records: dict[int, LayerRecord] = {}
         self._removers: list[Any] = []
 
@@ -219,8 +224,17 @@ class HeadCapture:
                 split = split.clone()
                 if self.ablation == "zero":
                     split[..., heads, :] = 0
-                else:
+                elif self.ablation == "mean":
                     split[..., heads, :] = self.means[layer][heads].to(split)
+                else:  # another input's outputs, position by position
+                    source = self.resampled[layer]  # (T_ref, H, D)
+                    t = split.shape[-3]
+                    if source.shape[0] < t:
+                        raise InputError(
+                            f"resample-ablation has outputs for {source.shape[0]} positions, "
+                            f"the input has {t}: resample from an input at least as long"
+                        )
+                    split[..., heads, :] = source[:t, heads].to(split)
             if self.record_head_outputs and layer in self.layers:
                 rec = self.records.setdefault(layer, LayerRecord())
                 rec.head_output = split.detach().permute(0, 2, 1, 3)  # (B, H, T, D)
@@ -297,6 +311,34 @@ class HeadCapture:
             dtype=dtype,
             softcap=rec.softcap,
         )
+
+    def value_norms(self, layer: int) -> torch.Tensor:
+        """``(B, H, S)``: the size of what each key position gives each head, the norm of its
+        value vector through the head's columns of the output projection, ``||W_O^h v_s||``
+        (Kobayashi et al. 2020; the projection's bias left out, as it is no token's)."""
+        rec = self._record(layer)
+        if rec.v is None:
+            raise InputError("value norms need record_queries_keys=True")
+        v = rec.v  # (B, Hkv, S, D)
+        handles = self.lm.layers[layer]
+        with aligned(handles.out_proj, v.device):
+            w = self.lm.adapter.out_proj_weight(handles.out_proj).detach().to(v.device)  # (E, H*D)
+        n_heads = self.lm.layout.heads_per_layer[layer]
+        w = w.view(w.shape[0], n_heads, v.shape[-1]).to(torch.promote_types(v.dtype, torch.float32))
+        v = v.repeat_interleave(n_heads // v.shape[1], dim=1).to(w.dtype)  # (B, H, S, D)
+        return torch.einsum("bhsd,ehd->bhse", v, w).norm(dim=-1)
+
+    def norm_weighted_pattern(self, layer: int) -> torch.Tensor:
+        """``(B, H, T, S)``: attention weighted by the value norm of what it reads,
+        ``a_ts * ||W_O^h v_s||`` (Kobayashi et al. 2020), each row rescaled to sum to 1 so it
+        reads as a share beside the raw weights (a padded row stays 0).
+
+        A head that puts most of its weight on a token whose value is small (a sink, a
+        delimiter) adds little of it to the output: here that token's share shrinks."""
+        weights = self.pattern(layer).float()  # (B, H, T, S)
+        scaled = weights * self.value_norms(layer)[:, :, None, :].to(weights)
+        total = scaled.sum(dim=-1, keepdim=True)
+        return scaled / total.clamp_min(torch.finfo(scaled.dtype).tiny)
 
     def head_output(self, layer: int) -> torch.Tensor:
         """Each head's output ``(B, H, T, D)`` (after ablation, as the output projection saw it)."""

@@ -5,7 +5,7 @@ ablation share."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -31,12 +31,13 @@ def embed(
     removed: Removed | None = None,
     batch: int = 64,
     means: Mapping[int, torch.Tensor] | None = None,
+    resampled: Mapping[int, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Sentence embeddings ``(N, E)`` with ``removed`` heads ablated: zeros, or with ``means``
-    their mean outputs."""
+    their mean outputs, or with ``resampled`` another sentence's outputs."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     chunks = []
-    with torch.inference_mode(), ablated(lm, removed, means):
+    with torch.inference_mode(), ablated(lm, removed, means, resampled):
         for lo in range(0, len(order), batch):
             idx = order[lo : lo + batch]
             inputs = encode(lm, [texts[i] for i in idx])
@@ -58,21 +59,26 @@ def last_hidden(lm: LoadedModel, output: Any) -> torch.Tensor:
 class ablated:
     """Ablation of removed heads (no capture), or nothing: zeros, or with ``means``
     (``{layer: (H, D)}``, :func:`headlab.models.analysis.mean_head_outputs`) each head's mean
-    output."""
+    output, or with ``resampled`` (``{layer: (T, H, D)}``) another input's outputs."""
 
     def __init__(
         self,
         lm: LoadedModel,
         removed: Removed | None,
         means: Mapping[int, torch.Tensor] | None = None,
+        resampled: Mapping[int, torch.Tensor] | None = None,
     ) -> None:
         active = {k: list(v) for k, v in (removed or {}).items() if list(v)}
+        mode: Literal["zero", "mean", "resample"] = (
+            "resample" if resampled is not None else "zero" if means is None else "mean"
+        )
         self.cap = (
             HeadCapture(
                 lm,
                 ablate=active,
-                ablation="zero" if means is None else "mean",
+                ablation=mode,
                 means=means,
+                resampled=resampled,
                 record_queries_keys=False,
                 record_head_outputs=False,
             )

@@ -8,8 +8,8 @@ path                method  answer
 ``/api/sentence``   POST    ``{model, text, word?}``: every head's pattern (``headlab.sentence/1``)
 ``/api/heads``      GET/POST the table of ``headlab heads TEXT --json``, same keys and values
                             (``text``, ``model``, ``word``, ``layer``/``head`` repeatable, ``top``)
-``/api/ablate``     POST    ``{model, text, ablate: [[layer, head]...], other?, k?, mode?}`` (mode
-                            ``zero`` or ``mean``): next-token
+``/api/ablate``     POST    ``{model, text, ablate: [[layer, head]...], other?, k?, mode?, seed?}``
+                            (mode ``zero``, ``mean`` or ``resample``): next-token
                             prediction or embedding similarity with and without those heads
 ``/api/roles``      GET     ``?model=``: the model's roles run, and where it comes from
 =================== ======= ===================================================================
@@ -212,7 +212,7 @@ class Explorer:
         return json_response(table)
 
     def ablate(self, data: dict[str, Any]) -> Response:
-        from headlab.explore.ablation import ablation_effect
+        from headlab.explore.ablation import ablation_effect, resample_source, token_count
 
         text = self._text(data)
         other = None if data.get("other") in (None, "") else self._text(data, "other")
@@ -230,15 +230,24 @@ class Explorer:
         if not _is_int(k) or not 1 <= k <= 50:
             raise ApiError(400, "'k' must be an integer from 1 to 50")
         mode = data.get("mode", "zero")
-        if mode not in ("zero", "mean"):
-            raise ApiError(400, f"'mode' must be zero or mean, got {mode!r}")
+        if mode not in ("zero", "mean", "resample"):
+            raise ApiError(400, f"'mode' must be zero, mean or resample, got {mode!r}")
+        seed = data.get("seed", 0)
+        if not _is_int(seed) or not 0 <= seed < 2**31:
+            raise ApiError(400, "'seed' must be an integer from 0 to 2**31 - 1")
         with self.shelf.lock:
             lm = self._model(data)
             self._fits(lm, text)
             if other is not None:
                 self._fits(lm, other, "other")
             means = self._means(lm) if mode == "mean" and ablate else None
-            effect = ablation_effect(lm, text, ablate, other=other, k=k, means=means)
+            resample = None
+            if mode == "resample" and ablate:
+                texts = [text] if other is None else [text, other]
+                resample = resample_source(lm, token_count(lm, *texts), seed=seed)
+            effect = ablation_effect(
+                lm, text, ablate, other=other, k=k, means=means, resample=resample
+            )
         return json_response({**effect.to_json(), "mode": mode})
 
     def _means(self, lm: Any) -> Any:

@@ -36,6 +36,7 @@ const view = headsView($("heads"), {
   onCell: (l, h, event) => (event.shiftKey ? toggle(l, h) : view.select(l, h)),
   onSelect: () => { showHead(); remember(); markThumb(); },
   onWord: () => { showHead(); remember(); drawThumbs(); },
+  onWeighting: () => { remember(); drawThumbs(); },
 });
 
 // ---------------------------------------------------------------- the address bar
@@ -45,6 +46,7 @@ function remember() {
   const state = new URLSearchParams({
     model: app.model, text: app.text, word: String(view.word), layer: String(view.layer), head: String(view.head),
   });
+  if (view.weighting !== "attention") state.set("weights", view.weighting);
   history.replaceState(null, "", "#" + state.toString());
 }
 function recalled() {
@@ -101,7 +103,7 @@ function exportJson() {
   const out = {
     schema: "headlab.view/1", model: d.model, text: d.text, words: d.words, special: d.special,
     sink: d.sink, word: view.word >= 0 ? d.words[view.word] : null, layer: view.layer, head: view.head,
-    pattern: view.pattern(view.layer, view.head, false), switched_off: [...app.ablated.values()],
+    weighting: view.weighting, pattern: view.pattern(view.layer, view.head, false), switched_off: [...app.ablated.values()],
   };
   download(exportName("json"), "data:application/json;charset=utf-8," + encodeURIComponent(JSON.stringify(out)));
 }
@@ -249,6 +251,10 @@ function drawEffect(effect, n) {
         fmt(effect.other_before, 4) + " with all heads, " + fmt(effect.other_after, 4) + " with " + n + " off."));
     }
   }
+  if (effect.resampled_from) {  // user-visible text of the reference sentence, as text
+    wrap.appendChild(el("p", { class: "resampled muted" }, "The heads switched off say what they said, position by position, on \u201c" +
+      effect.resampled_from + "\u201d (UD EWT)."));
+  }
   return wrap;
 }
 
@@ -283,10 +289,11 @@ async function run() {
     view.show(data);
     if (app.pending) {  // a permalink: its word and head, once its sentence is shown
       const w = Number(app.pending.get("word")), l = Number(app.pending.get("layer")), h = Number(app.pending.get("head"));
+      const weights = app.pending.get("weights") || "attention";
       app.pending = null;
       if (w >= 0 && w < data.words.length) view.word = w;
       if (l >= 0 && l < data.layers && h >= 0 && h < data.heads_in_layer[l]) { view.layer = l; view.head = h; }
-      view.render();
+      view.weigh(weights);
     }
     showHead();
     drawThumbs();

@@ -63,7 +63,7 @@ function shortWord(w) { return w.length > 7 ? w.slice(0, 6) + "\u2026" : w; }
 // (a role's colour, a head switched off); onWord(index) after a word is chosen
 function headsView(root, opts) {
   opts = opts || {};
-  const view = { data: null, layer: 0, head: 0, word: -1, words: [], tokens: [] };
+  const view = { data: null, layer: 0, head: 0, word: -1, words: [], tokens: [], weighting: "attention", norms: null };
   const grid = el("div", { class: "hl-grid" });
   const note = el("p", { class: "hl-note" });
   const title = el("h3", { class: "hl-title" });
@@ -78,11 +78,20 @@ function headsView(root, opts) {
   heatBox.appendChild(heat);
   panels.appendChild(linesBox);
   panels.appendChild(heatBox);
-  root.replaceChildren(grid, note, title, panels);
+  // the raw weights, or weighted by the norm of what each token gives the head (Kobayashi et al. 2020)
+  const weighting = el("select", { class: "hl-weighting", "aria-label": "weights" });
+  weighting.appendChild(el("option", { value: "attention" }, "attention weights"));
+  weighting.appendChild(el("option", { value: "norm" }, "weights \u00d7 value norm ||W\u2092v|| (Kobayashi et al. 2020)"));
+  weighting.addEventListener("change", () => view.weigh(weighting.value));
+  const weightingBox = el("p", { class: "hl-weighting-box" });
+  weightingBox.appendChild(el("label", {}, "show "));
+  weightingBox.appendChild(weighting);
+  root.replaceChildren(grid, note, weightingBox, title, panels);
 
   function mat(layer, head, tokens) {
     const n = tokens ? view.data.tokens.length : view.data.words.length;
-    return headMatrix((tokens ? view.tokens : view.words)[layer], head, n);
+    const set = view.weighting === "norm" && view.norms ? view.norms : view;
+    return headMatrix((tokens ? set.tokens : set.words)[layer], head, n);
   }
   view.pattern = (layer, head, tokens) => mat(layer, head, tokens);
 
@@ -148,6 +157,7 @@ function headsView(root, opts) {
     }));
     const tokens = { words: d.tokens, special: d.token_special };
     heat.replaceChildren(drawHeatmap(tokens, [{ p: mat(view.layer, view.head, true) }], { word: -1, causal: d.causal }));
+    root.setAttribute("data-weighting", view.weighting);
     root.setAttribute("data-layer", view.layer);
     root.setAttribute("data-head", view.head);
   }
@@ -174,6 +184,11 @@ function headsView(root, opts) {
     view.data = data;
     view.words = data.patterns.map(decodeLayer);
     view.tokens = data.token_patterns.map(decodeLayer);
+    view.norms = data.norm_patterns && data.norm_token_patterns
+      ? { words: data.norm_patterns.map(decodeLayer), tokens: data.norm_token_patterns.map(decodeLayer) } : null;
+    if (!view.norms) view.weighting = "attention";
+    weighting.value = view.weighting;
+    weightingBox.hidden = !view.norms;
     view.word = data.focus;
     if (view.layer >= data.layers) view.layer = 0;
     if (view.head >= data.heads_in_layer[view.layer]) view.head = 0;
@@ -184,6 +199,7 @@ function headsView(root, opts) {
     view.data = null;
     view.word = -1;
     [grid, note, title, lines, heat].forEach((part) => part.replaceChildren());
+    weightingBox.hidden = true;
     root.removeAttribute("data-layer");
     root.removeAttribute("data-head");
   };
@@ -192,6 +208,12 @@ function headsView(root, opts) {
     view.head = head;
     view.render();
     if (opts.onSelect) opts.onSelect(layer, head);
+  };
+  view.weigh = function (kind) {
+    view.weighting = kind === "norm" && view.norms ? "norm" : "attention";
+    weighting.value = view.weighting;
+    view.render();
+    if (opts.onWeighting) opts.onWeighting(view.weighting);
   };
   view.choose = function (index) {
     view.word = index;

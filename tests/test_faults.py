@@ -322,3 +322,15 @@ def test_sigkill_during_prune_and_report_never_loses_the_folder(tmp_path: Path) 
         assert _whole(seen, reference), line
         assert line["tidied"]["hidden"] == [], line
     assert kills >= 4, "most kills should land inside the write"
+
+
+def test_an_atomically_written_file_follows_the_umask(tmp_path: Path) -> None:
+    """A written file is readable as any other the user makes (mkstemp alone gives 0600: a
+    report folder served by a web server, or shared with a group, would be unreadable)."""
+    from headlab.outputs import write_bytes_atomic
+
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(b"x")
+    made = write_bytes_atomic(tmp_path / "atomic.txt", b"x")
+    assert made.read_bytes() == b"x"
+    assert (made.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)

@@ -287,6 +287,21 @@ def atomic_folder(
         raise
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: read once, at import, while no other thread can create files under the briefly zero umask
+_UMASK = _read_umask()
+
+
+def _file_mode() -> int:
+    """What ``open(path, "w")`` would give a new file: 0666 less the process's umask."""
+    return 0o666 & ~_UMASK
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temporary file in the same folder, flushed to disk and
     renamed into place: a reader sees the old file or the new one, never half of either. The
@@ -299,6 +314,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a written file follows the umask
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -165,7 +165,8 @@ def test_compose_receivers_lists_and_draws_what_each_head_reads(
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for bad, message in (
         (["--receivers", "1-2"], "expects heads as LAYER.HEAD"),
-        (["--receivers", "0.1"], "--receivers 0.1"),
+        (["--receivers", "0.1"], "--receivers 0.1: layer 0 is out of range"),
+        (["--receivers", "1.9"], "head 9 is out of range; layer 1 has heads 0..3"),
         (["--figure", str(tmp_path / "x.png")], "--figure draws the heads of --receivers"),
     ):
         assert main(["compose", "--model", str(folder), *bad]) == 1

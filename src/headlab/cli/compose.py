@@ -63,10 +63,16 @@ def run(args: argparse.Namespace) -> int:
     lm = load_model(args)
     if receivers is not None:
         for layer, head in receivers:
-            if not (0 < layer < lm.n_layers and 0 <= head < lm.layout.heads_per_layer[layer]):
+            if not 0 < layer < lm.n_layers:
                 raise InputError(
-                    f"--receivers {layer}.{head}: {lm.name} has layers 1..{lm.n_layers - 1} "
-                    f"that read earlier heads, heads 0..{lm.n_heads - 1} each"
+                    f"--receivers {layer}.{head}: layer {layer} is out of range; {lm.name} has "
+                    f"layers 1..{lm.n_layers - 1} that read earlier heads"
+                )
+            n_heads = lm.layout.heads_per_layer[layer]
+            if not 0 <= head < n_heads:
+                raise InputError(
+                    f"--receivers {layer}.{head}: head {head} is out of range; layer {layer} "
+                    f"has heads 0..{n_heads - 1}"
                 )
     scores = composition_scores(lm)
     if receivers is not None:

@@ -1,0 +1,196 @@
+"""Circuits: every edge of a model's graph scored by how much of a behaviour it carries, the
+graph cut to its best edges, and the cut measured by running it.
+
+- :func:`edge_scores`: edge attribution patching (EAP, Syed et al. 2023): for an edge
+  ``s -> r``, ``(corrupt_s - clean_s) . d metric / d input_r``, summed over positions and
+  averaged over prompts; or EAP-IG (Hanna et al. 2024), the gradient averaged over ``steps``
+  points from the corrupted to the clean embeddings. One forward and backward pass per batch
+  (per step) scores every edge at once: the gradients at the receivers
+  (:func:`~headlab.causal.edges.receiver_gradients`) against the senders' differences, one
+  matrix product.
+- :func:`circuit_logit_differences`: the metric with every edge outside a circuit carrying its
+  corrupted value (:class:`~headlab.causal.edges.EdgeRun`), one forward per circuit and batch:
+  measured, not estimated.
+
+The metric is the logit difference at the last position (:mod:`headlab.causal.metric`).
+
+Shape vocabulary: ``S`` senders, ``R`` receivers, ``B`` prompts, ``T`` tokens, ``E`` width.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from headlab.causal.attribution import _interpolated_embeddings
+from headlab.causal.edges import EdgeRun, check_sum, receiver_gradients
+from headlab.causal.graph import Graph, build_graph
+from headlab.causal.metric import IG_STEPS, check_task, last_logits, logit_difference
+from headlab.causal.tasks import Batch, Task
+from headlab.errors import InputError
+from headlab.models.loading import LoadedModel
+from headlab.progress import NO_PROGRESS, Progress, stage
+
+EdgeMethod = Literal["eap", "eap-ig"]
+EDGE_METHODS = ("eap", "eap-ig")
+#: largest relative gap allowed between the final residual and the sum of the senders
+SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3}
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeScores:
+    """Every edge's score for one task.
+
+    Attributes:
+        scores: ``(S, R)`` float64, the estimated change of the mean logit difference when the
+            edge alone carries its corrupted value (0 where there is no edge).
+        clean, corrupt: mean logit difference of the clean and the corrupted prompts.
+    """
+
+    model: str
+    task: str
+    method: str
+    steps: int | None
+    n_prompts: int
+    graph: Graph
+    scores: torch.Tensor
+    clean: float
+    corrupt: float
+    seconds: float
+
+
+def _record(
+    lm: LoadedModel, graph: Graph, batch: Batch, ids: torch.Tensor
+) -> tuple[EdgeRun, torch.Tensor]:
+    with torch.inference_mode(), EdgeRun(lm, graph) as run:
+        ld = logit_difference(last_logits(lm, ids), batch.answer, batch.distractor)
+    return run, ld
+
+
+def _check_sum(lm: LoadedModel, graph: Graph, run: EdgeRun) -> None:
+    gap = check_sum(lm, graph, run)
+    dtype = run.values.dtype if run.values is not None else torch.float32
+    if gap > SUM_TOLERANCE.get(dtype, 5e-2):
+        raise InputError(
+            f"{lm.name}: its residual stream is not the sum of its heads', MLPs' and "
+            f"embeddings' outputs (relative gap {gap:.2g}): circuits need a pre-norm decoder"
+        )
+
+
+def _gradients(lm: LoadedModel, graph: Graph, batch: Batch, steps: int | None) -> torch.Tensor:
+    """``(R, B, T, E)``: at the clean run, or averaged over ``steps`` points from the
+    corrupted to the clean embeddings."""
+
+    def metric() -> torch.Tensor:
+        return logit_difference(last_logits(lm, batch.clean), batch.answer, batch.distractor).sum()
+
+    if steps is None:
+        return receiver_gradients(lm, graph, metric)
+    embed = lm.model.get_input_embeddings()
+    with torch.no_grad():
+        clean_e, corrupt_e = embed(batch.clean), embed(batch.corrupt)
+    total: torch.Tensor | None = None
+    for k in range(1, steps + 1):
+        alpha = torch.tensor([k / steps], dtype=torch.float64)
+        with _interpolated_embeddings(lm, clean_e, corrupt_e, alpha):
+            g = receiver_gradients(lm, graph, metric)
+        total = g if total is None else total + g
+    assert total is not None
+    return total / steps
+
+
+def edge_scores(
+    lm: LoadedModel,
+    task: Task,
+    *,
+    method: EdgeMethod = "eap",
+    steps: int = IG_STEPS,
+    graph: Graph | None = None,
+    progress: Progress | None = None,
+) -> EdgeScores:
+    """Score every edge of ``lm``'s graph on ``task`` by EAP or EAP-IG (``steps`` points).
+
+    Raises:
+        InputError: an unknown method, fewer than 1 step, a model that is not a pre-norm
+            decoder with its language-model head, a task without prompts.
+    """
+    if method not in EDGE_METHODS:
+        raise InputError(f"method must be one of {', '.join(EDGE_METHODS)}, got {method!r}")
+    if method == "eap-ig" and steps < 1:
+        raise InputError(f"EAP-IG needs at least 1 step, got {steps}")
+    check_task(lm, task)
+    graph = graph or build_graph(lm)
+    start = time.perf_counter()
+    scores = torch.zeros(graph.edges.shape, dtype=torch.float64)
+    clean_sum = corrupt_sum = 0.0
+    with stage(progress or NO_PROGRESS, f"{method} over prompts", task.n_prompts, "prompts") as bar:
+        for i, batch in enumerate(task.batches):
+            batch = batch.to(lm.device)
+            clean_run, clean_ld = _record(lm, graph, batch, batch.clean)
+            if i == 0:
+                _check_sum(lm, graph, clean_run)
+            corrupt_run, corrupt_ld = _record(lm, graph, batch, batch.corrupt)
+            assert clean_run.values is not None and corrupt_run.values is not None
+            delta = (corrupt_run.values - clean_run.values).flatten(1)  # (S, B*T*E)
+            del clean_run, corrupt_run
+            grads = _gradients(lm, graph, batch, None if method == "eap" else steps)
+            scores += (delta @ grads.flatten(1).to(delta).t()).double().cpu()  # (S, R)
+            clean_sum += float(clean_ld.sum())
+            corrupt_sum += float(corrupt_ld.sum())
+            bar.advance(batch.clean.shape[0])
+    n = task.n_prompts
+    return EdgeScores(
+        model=lm.name,
+        task=task.name,
+        method=method,
+        steps=steps if method == "eap-ig" else None,
+        n_prompts=n,
+        graph=graph,
+        scores=scores.masked_fill(~graph.edges, 0.0) / n,
+        clean=clean_sum / n,
+        corrupt=corrupt_sum / n,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def circuit_logit_differences(
+    lm: LoadedModel,
+    graph: Graph,
+    task: Task,
+    circuits: Sequence[torch.Tensor],
+    *,
+    progress: Progress | None = None,
+) -> tuple[list[float], float, float]:
+    """The mean logit difference of ``task`` with each circuit (bool ``(S, R)``: the edges it
+    keeps) run on the clean prompts, every other edge carrying its corrupted value; and the
+    clean and corrupted runs' own."""
+    check_task(lm, task)
+    sums = [0.0] * len(circuits)
+    clean_sum = corrupt_sum = 0.0
+    with stage(progress or NO_PROGRESS, "circuits over prompts", task.n_prompts, "prompts") as bar:
+        for batch in task.batches:
+            batch = batch.to(lm.device)
+            corrupt_run, corrupt_ld = _record(lm, graph, batch, batch.corrupt)
+            with torch.inference_mode():
+                clean_ld = logit_difference(
+                    last_logits(lm, batch.clean), batch.answer, batch.distractor
+                )
+            for i, keep in enumerate(circuits):
+                left_out = (graph.edges & ~keep.to(torch.bool)).to(corrupt_run.values)
+                with (
+                    torch.inference_mode(),
+                    EdgeRun(lm, graph, corrupt=corrupt_run.values, left_out=left_out),
+                ):
+                    ld = logit_difference(
+                        last_logits(lm, batch.clean), batch.answer, batch.distractor
+                    )
+                sums[i] += float(ld.sum())
+            clean_sum += float(clean_ld.sum())
+            corrupt_sum += float(corrupt_ld.sum())
+            bar.advance(batch.clean.shape[0])
+    n = task.n_prompts
+    return [s / n for s in sums], clean_sum / n, corrupt_sum / n

@@ -1,0 +1,249 @@
+"""Circuits (#44): the graph, EAP edge scores against finite differences of edge patching, and
+the circuit run against an independent hook implementation that rebuilds every receiver's input
+from the senders it keeps and the corrupted ones it leaves out (float64, tiny random models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tests.causal.test_patching import _random_task
+from tests.models.tiny import build
+
+from headlab.causal.circuit import _record, circuit_logit_differences, edge_scores
+from headlab.causal.edges import EdgeRun
+from headlab.causal.graph import build_graph
+from headlab.causal.metric import last_logits, logit_difference
+from headlab.errors import InputError
+from headlab.models import load
+from headlab.models.loading import LoadedModel
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])  # llama: 4 query heads on 2 KV heads
+def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    folder = build(
+        request.param,
+        tmp_path_factory.mktemp(request.param),
+        lm_head=True,
+        attn_implementation="eager",
+        seed=3,
+    )
+    lm = load(folder, with_lm_head=True)
+    lm.model.double()
+    return lm
+
+
+def test_the_graph_has_every_sender_receiver_and_edge(tiny: LoadedModel) -> None:
+    graph = build_graph(tiny)
+    n_layers, n_heads = tiny.n_layers, tiny.layout.heads_per_layer[0]
+    n_kv = tiny.layout.kv_heads_per_layer[0]
+    assert graph.senders[0] == "embed" and graph.receivers[-1] == "logits"
+    assert len(graph.senders) == 1 + n_layers * (n_heads + 1)
+    assert len(graph.receivers) == n_layers * (n_heads + 2 * n_kv + 1) + 1
+    # edges into layer l's heads: the embeddings and everything below; into its MLP: its heads too
+    expected = sum(
+        (n_heads + 2 * n_kv) * (1 + l * (n_heads + 1)) + 1 + l * (n_heads + 1) + n_heads
+        for l in range(n_layers)  # noqa: E741
+    ) + len(graph.senders)
+    assert graph.n_edges == expected
+    assert not graph.edges[graph.mlp_sender(0), graph.receiver_range(0, "mlp").start]
+    assert graph.edges[graph.head_senders(1)[0], graph.receiver_range(1, "mlp").start]
+    assert not graph.edges[graph.head_senders(1)[0], graph.receiver_range(1, "q").start]
+
+
+def test_an_encoder_is_refused_in_one_line(tmp_path: Path) -> None:
+    lm = load(build("bert", tmp_path / "bert"))
+    with pytest.raises(InputError, match=r"circuits need a pre-norm decoder.*it is an encoder"):
+        build_graph(lm)
+
+
+def _mean_ld(lm: LoadedModel, batch, run: EdgeRun) -> float:  # type: ignore[no-untyped-def]
+    with torch.inference_mode(), run:
+        logits = last_logits(lm, batch.clean)
+    return float(logit_difference(logits, batch.answer, batch.distractor).mean())
+
+
+def test_eap_scores_are_the_derivative_of_edge_patching(tiny: LoadedModel) -> None:
+    """Each edge's EAP score is d LD / d eps with the edge patched eps of the way to its
+    corrupted value: central differences at eps = 1e-2 on every edge (Llama's RMSNorm computes
+    in float32 inside, whence the tolerance)."""
+    graph = build_graph(tiny)
+    task, _ = _random_task(tiny, 3, 9, seed=1)
+    scores = edge_scores(tiny, task)
+    batch = task.batches[0]
+    corrupt, _ = _record(tiny, graph, batch, batch.corrupt)
+    eps = 1e-2
+    edges = graph.edges.nonzero().tolist()
+    assert len(edges) == graph.n_edges
+    got, want = [], []
+    for s, r in edges:
+        sides = []
+        for e in (eps, -eps):
+            w = torch.zeros(graph.edges.shape, dtype=torch.float64)
+            w[s, r] = e
+            sides.append(
+                _mean_ld(tiny, batch, EdgeRun(tiny, graph, corrupt=corrupt.values, left_out=w))
+            )
+        got.append(float(scores.scores[s, r]))
+        want.append((sides[0] - sides[1]) / (2 * eps))
+    got_t, want_t = torch.tensor(got), torch.tensor(want)
+    scale = float(want_t.abs().max())
+    assert scale > 0 and (got_t != 0).sum() > len(edges) // 2
+    torch.testing.assert_close(got_t, want_t, atol=1e-4 * scale + 1e-12, rtol=0)
+    # EAP-IG with one step takes the gradient at the clean end: EAP's
+    one = edge_scores(tiny, task, method="eap-ig", steps=1)
+    torch.testing.assert_close(one.scores, scores.scores)
+    five = edge_scores(tiny, task, method="eap-ig", steps=5)
+    assert not torch.allclose(five.scores, scores.scores)
+    assert (scores.clean, scores.corrupt) == (five.clean, five.corrupt)
+
+
+# ---------------------------------------------------------------- the independent circuit run
+def _parts(model: torch.nn.Module) -> tuple[list, torch.nn.Module]:  # type: ignore[type-arg]
+    """Per block (norm1, {kind: (module, first column)}, out projection, norm2, mlp), by the
+    family's own names; and the final norm."""
+    if hasattr(model, "transformer"):  # GPT-2: c_attn is [q | k | v], each n_embd wide
+        width = model.config.n_embd
+        blocks = [
+            (
+                b.ln_1,
+                {k: (b.attn.c_attn, i * width) for i, k in enumerate("qkv")},
+                b.attn.c_proj,
+                b.ln_2,
+                b.mlp,
+            )
+            for b in model.transformer.h
+        ]
+        return blocks, model.transformer.ln_f
+    blocks = [
+        (
+            b.input_layernorm,
+            {
+                "q": (b.self_attn.q_proj, 0),
+                "k": (b.self_attn.k_proj, 0),
+                "v": (b.self_attn.v_proj, 0),
+            },
+            b.self_attn.o_proj,
+            b.post_attention_layernorm,
+            b.mlp,
+        )
+        for b in model.model.layers
+    ]
+    return blocks, model.model.norm
+
+
+def _linear(module: torch.nn.Module, x: torch.Tensor, cols: slice) -> torch.Tensor:
+    if type(module).__name__ == "Conv1D":  # weight (in, out)
+        return x @ module.weight[:, cols] + module.bias[cols]
+    bias = 0.0 if module.bias is None else module.bias[cols]
+    return x @ module.weight[cols].t() + bias
+
+
+def _oracle(lm: LoadedModel, batch, keep: torch.Tensor) -> float:  # type: ignore[no-untyped-def]
+    """Every receiver's input summed from scratch: the senders it keeps at their value in this
+    run, the others at their value in the corrupted run, plus the output biases below."""
+    model, graph = lm.model, build_graph(lm)
+    blocks, final = _parts(model)
+    n_heads, n_kv, d = lm.layout.heads_per_layer[0], lm.layout.kv_heads_per_layer[0], lm.head_dim
+
+    def hooks(store: dict, patch: dict | None) -> list:  # type: ignore[type-arg]
+        handles = []
+        names = graph.senders
+
+        def o_pre(layer: int):  # type: ignore[no-untyped-def]
+            def f(m, a):  # type: ignore[no-untyped-def]
+                z = a[0]
+                w = m.weight.t() if type(m).__name__ == "Conv1D" else m.weight  # (E, H*D)
+                for h in range(n_heads):
+                    cols = slice(h * d, (h + 1) * d)
+                    store[f"{layer}.{h}"] = z[..., cols] @ w[:, cols].t()
+
+            return f
+
+        def bias_below(layer: int) -> torch.Tensor | float:
+            total: torch.Tensor | float = 0.0
+            for i in range(layer):
+                if blocks[i][2].bias is not None:
+                    total = total + blocks[i][2].bias
+            return total
+
+        def receiver_input(r: str, upto_layer: int) -> torch.Tensor:
+            j = graph.receivers.index(r)
+            total = bias_below(upto_layer)
+            for i, s in enumerate(names):
+                if graph.edges[i, j]:
+                    total = total + (store[s] if keep[i, j] else patch[s])
+            return total  # type: ignore[return-value]
+
+        for layer, (norm1, projs, out_proj, norm2, mlp) in enumerate(blocks):
+            if layer == 0:  # the embeddings: what the first block reads
+
+                def first_block(m, a, kw):  # type: ignore[no-untyped-def]
+                    store["embed"] = a[0] if a else kw["hidden_states"]
+
+                stack = model.transformer.h if hasattr(model, "transformer") else model.model.layers
+                handles.append(stack[0].register_forward_pre_hook(first_block, with_kwargs=True))
+            handles.append(out_proj.register_forward_pre_hook(o_pre(layer)))
+
+            def mlp_out(m, a, o, layer=layer):  # type: ignore[no-untyped-def]
+                store[f"mlp {layer}"] = o
+
+            handles.append(mlp.register_forward_hook(mlp_out))
+            if patch is None:
+                continue
+            for kind, (module, first) in projs.items():
+                count = n_heads if kind == "q" else n_kv
+
+                def proj(m, a, o, layer=layer, kind=kind, first=first, count=count, norm1=norm1):  # type: ignore[no-untyped-def]
+                    o = o.clone()
+                    for g in range(count):
+                        cols = slice(first + g * d, first + (g + 1) * d)
+                        x = receiver_input(f"{kind}:{layer}.{g}", layer)
+                        o[..., cols] = _linear(m, norm1(x), cols)
+                    return o
+
+                handles.append(module.register_forward_hook(proj))
+
+            def mlp_in(m, a, layer=layer, norm2=norm2):  # type: ignore[no-untyped-def]
+                return (norm2(receiver_input(f"mlp {layer}", layer + 1)),)
+
+            handles.append(mlp.register_forward_pre_hook(mlp_in))
+        if patch is not None:
+            handles.append(
+                final.register_forward_pre_hook(
+                    lambda m, a: (receiver_input("logits", len(blocks)),)
+                )
+            )
+        return handles
+
+    corrupt: dict = {}
+    handles = hooks(corrupt, None)
+    with torch.no_grad():
+        model(input_ids=batch.corrupt)
+    for h in handles:
+        h.remove()
+    current: dict = {}
+    handles = hooks(current, corrupt)
+    with torch.no_grad():
+        logits = model(input_ids=batch.clean).logits[:, -1]
+    for h in handles:
+        h.remove()
+    return float(logit_difference(logits, batch.answer, batch.distractor).mean())
+
+
+def test_the_circuit_run_equals_patching_each_left_out_edge(tiny: LoadedModel) -> None:
+    graph = build_graph(tiny)
+    task, _ = _random_task(tiny, 3, 9, seed=2)
+    g = torch.Generator().manual_seed(0)
+    circuits = [
+        graph.edges & (torch.rand(graph.edges.shape, generator=g) < p) for p in (0.2, 0.5, 0.8)
+    ]
+    circuits += [graph.edges.clone(), torch.zeros_like(graph.edges)]
+    got, clean, corrupt = circuit_logit_differences(tiny, graph, task, circuits)
+    want = [_oracle(tiny, task.batches[0], keep) for keep in circuits[:3]]
+    assert got[:3] == pytest.approx(want, abs=1e-6)
+    assert len({round(x, 6) for x in got[:3]}) == 3  # three circuits, three answers
+    # all edges kept: the clean run; none: the corrupted run
+    assert got[3] == pytest.approx(clean, abs=1e-9) and got[4] == pytest.approx(corrupt, abs=1e-9)
+    assert abs(clean - corrupt) > 1e-4

@@ -247,3 +247,49 @@ def test_the_circuit_run_equals_patching_each_left_out_edge(tiny: LoadedModel) -
     # all edges kept: the clean run; none: the corrupted run
     assert got[3] == pytest.approx(clean, abs=1e-9) and got[4] == pytest.approx(corrupt, abs=1e-9)
     assert abs(clean - corrupt) > 1e-4
+
+
+# ---------------------------------------------------------------- cutting and the curve
+def test_cut_circuits_lead_to_the_logits(tiny: LoadedModel) -> None:
+    from headlab.causal.cut import first_edges, greedy_order, owners, reaching_logits, top_edges
+
+    graph = build_graph(tiny)
+    task, _ = _random_task(tiny, 3, 9, seed=1)
+    scores = edge_scores(tiny, task).scores
+    feeds = owners(graph)
+    order = greedy_order(graph, scores)
+    assert len(order) == graph.n_edges == len(set(order))
+    in_circuit = {len(graph.receivers) - 1}  # the logits
+    for s, r in order:  # every edge's receiver is in the circuit when the edge joins
+        assert r in in_circuit, (graph.senders[s], graph.receivers[r])
+        in_circuit |= set(feeds[:, s].nonzero().flatten().tolist())
+    for n in (1, 5, 20):
+        keep = first_edges(graph, order, n)
+        assert int(keep.sum()) == n and torch.equal(reaching_logits(graph, keep), keep)
+    # a head whose only kept edge feeds a head that reaches nothing is dropped
+    head, receiver = graph.head_senders(0)[0], graph.receiver_range(1, "q").start
+    dangling = torch.zeros_like(graph.edges)
+    dangling[head, receiver] = True
+    assert not reaching_logits(graph, dangling).any()
+    dangling[graph.head_senders(1)[0], -1] = True  # now 1.0 feeds the logits
+    assert int(reaching_logits(graph, dangling).sum()) == 2
+    top = top_edges(graph, scores, 10)
+    assert int(top.sum()) <= 10 and torch.equal(reaching_logits(graph, top), top)
+    with pytest.raises(InputError, match=f"a circuit has 0..{graph.n_edges} edges"):
+        top_edges(graph, scores, graph.n_edges + 1)
+
+
+def test_the_curve_runs_from_the_corrupted_to_the_clean_model(tiny: LoadedModel) -> None:
+    from headlab.causal.circuit import faithfulness_curve
+
+    find, _ = _random_task(tiny, 3, 9, seed=1)
+    held, _ = _random_task(tiny, 3, 9, seed=4)
+    scores = edge_scores(tiny, find)
+    n = scores.graph.n_edges
+    curve = faithfulness_curve(tiny, scores, held, sizes=[0, 3, n])
+    assert curve.edges == [0, 3, n]
+    assert curve.faithfulness[0] == pytest.approx(0.0, abs=1e-9)
+    assert curve.faithfulness[-1] == pytest.approx(1.0, abs=1e-9)
+    assert curve.smallest[0.9] is not None and curve.edges[curve.smallest[0.9]] <= n
+    with pytest.raises(InputError, match="search must be one of greedy, top"):
+        faithfulness_curve(tiny, scores, held, sizes=[3], search="best")  # type: ignore[arg-type]

@@ -102,3 +102,29 @@ def test_path_patching_finds_the_previous_token_path_into_the_keys(toy, heads) -
         assert carried > 0.3 and carried > 3 * others, (carried, others)
         total += carried
     assert total > 0.5, total  # through the induction heads' keys: most of the behaviour
+
+
+def test_the_circuit_found_is_previous_token_into_induction_keys(toy, heads: dict) -> None:
+    """#44: EAP-IG edge scores, cut greedily from the logits, find the induction circuit: a
+    circuit of at most 20 of the toy's 46 edges keeps 80% of the logit difference on prompts
+    it was not found on, with the induction heads writing to the logits and a previous-token
+    head feeding an induction head's keys."""
+    from headlab.causal.circuit import edge_scores, faithfulness_curve
+
+    prev, induction = _previous_token(heads), _induction(heads)
+    scores = edge_scores(toy, induction_task(48, CFG, seed=1), method="eap-ig")
+    graph = scores.graph
+    curve = faithfulness_curve(toy, scores, induction_task(48, CFG, seed=2))
+    assert curve.faithfulness[-1] == pytest.approx(1.0, abs=1e-6)
+    best = curve.smallest[0.8]
+    assert best is not None and curve.edges[best] <= 20, list(
+        zip(curve.edges, curve.faithfulness, strict=True)
+    )
+    kept = curve.circuits[best].nonzero().tolist()
+    names = {(graph.senders[s], graph.receivers[r]) for s, r in kept}
+    for layer, head in induction:
+        assert (f"{layer}.{head}", "logits") in names
+    k_comp = {
+        (s, r) for s, r in names if s in {f"{a}.{b}" for a, b in prev} and r.startswith("k:1.")
+    }
+    assert k_comp, sorted(names)

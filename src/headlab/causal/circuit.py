@@ -27,6 +27,7 @@ from typing import Literal
 import torch
 
 from headlab.causal.attribution import _interpolated_embeddings
+from headlab.causal.cut import curve_sizes, first_edges, greedy_order, top_edges
 from headlab.causal.edges import EdgeRun, check_sum, receiver_gradients
 from headlab.causal.graph import Graph, build_graph
 from headlab.causal.metric import IG_STEPS, check_task, last_logits, logit_difference
@@ -194,3 +195,87 @@ def circuit_logit_differences(
             bar.advance(batch.clean.shape[0])
     n = task.n_prompts
     return [s / n for s in sums], clean_sum / n, corrupt_sum / n
+
+
+Search = Literal["greedy", "top"]
+SEARCHES = ("greedy", "top")
+#: the shares of the logit difference whose smallest circuits a curve names
+TARGETS = (0.8, 0.9)
+
+
+@dataclass(frozen=True, eq=False)
+class Curve:
+    """Faithfulness against circuit size, measured on held-out prompts.
+
+    Attributes:
+        edges: each circuit's number of edges (after dropping those that lead nowhere).
+        faithfulness: ``(LD_circuit - LD_corrupt) / (LD_clean - LD_corrupt)`` of each.
+        circuits: bool ``(S, R)`` of each.
+        clean, corrupt: the held-out prompts' mean logit difference, clean and corrupted.
+        smallest: per target share (0.8, 0.9), the index in the curve of the smallest circuit
+            that reaches it, or ``None``.
+    """
+
+    search: str
+    edges: list[int]
+    faithfulness: list[float]
+    circuits: list[torch.Tensor]
+    clean: float
+    corrupt: float
+    smallest: dict[float, int | None]
+    seconds: float
+
+
+def cut(
+    graph: Graph, scores: torch.Tensor, sizes: Sequence[int], search: Search
+) -> list[torch.Tensor]:
+    """The circuits of ``sizes`` edges cut from ``scores`` by ``search``."""
+    if search not in SEARCHES:
+        raise InputError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    if search == "top":
+        return [top_edges(graph, scores, n) for n in sizes]
+    order = greedy_order(graph, scores)
+    return [first_edges(graph, order, n) for n in sizes]
+
+
+def faithfulness_curve(
+    lm: LoadedModel,
+    scores: EdgeScores,
+    task: Task,
+    *,
+    sizes: Sequence[int] | None = None,
+    search: Search = "greedy",
+    progress: Progress | None = None,
+) -> Curve:
+    """Cut ``scores`` to circuits of ``sizes`` edges (default :func:`curve_sizes`) and run
+    each on ``task`` (prompts not used to score the edges), every edge outside it corrupted.
+
+    Raises:
+        InputError: the held-out prompts' clean and corrupted runs score the same.
+    """
+    start = time.perf_counter()
+    graph = scores.graph
+    sizes = list(curve_sizes(graph.n_edges) if sizes is None else sizes)
+    circuits = cut(graph, scores.scores, sizes, search)
+    lds, clean, corrupt = circuit_logit_differences(lm, graph, task, circuits, progress=progress)
+    if abs(clean - corrupt) < 1e-9:
+        raise InputError(
+            f"{task.name}: the clean and corrupted prompts score the same on average (logit "
+            f"difference {clean:.4g}): faithfulness is undefined"
+        )
+    faith = [(ld - corrupt) / (clean - corrupt) for ld in lds]
+    counts = [int(c.sum()) for c in circuits]
+    smallest: dict[float, int | None] = {}
+    for target in TARGETS:
+        reached = [i for i, f in enumerate(faith) if f >= target]
+        smallest[target] = min(reached, key=lambda i: counts[i]) if reached else None
+    return Curve(
+        search=search,
+        edges=counts,
+        faithfulness=faith,
+        circuits=circuits,
+        clean=clean,
+        corrupt=corrupt,
+        smallest=smallest,
+        seconds=time.perf_counter() - start,
+    )

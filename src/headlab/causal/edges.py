@@ -71,6 +71,7 @@ class EdgeRun:
         self.left_out = None if left_out is None else left_out * graph.edges
         self.values: torch.Tensor | None = None  # (S, B, T, E), allocated at the first hook
         self.residual: dict[str, torch.Tensor] = {}
+        self._diff: tuple[int, torch.Tensor] | None = None
         self._removers: list[Hook] = []
 
     # ---------------------------------------------------------------- senders
@@ -79,6 +80,7 @@ class EdgeRun:
             shape = (len(self.graph.senders), *value.shape[-3:])
             self.values = torch.zeros(shape, dtype=value.dtype, device=value.device)
         self.values[index] = value.detach()
+        self._diff = None  # the senders' differences change with every sender written
 
     def _delta(self, upto: int, receivers: range) -> torch.Tensor | None:
         """``(r, B, T, E)``: the left-out edges' patch of ``receivers``, senders below
@@ -88,7 +90,9 @@ class EdgeRun:
         w = self.left_out[:upto, receivers.start : receivers.stop]  # (s, r)
         if not bool(w.any()):
             return None
-        diff = self.corrupt[:upto].to(self.values) - self.values[:upto]  # (s, B, T, E)
+        if self._diff is None or self._diff[0] != upto:  # q, k and v read the same senders
+            self._diff = (upto, self.corrupt[:upto].to(self.values) - self.values[:upto])
+        diff = self._diff[1]  # (s, B, T, E)
         return torch.einsum("sr,sbte->rbte", w.to(diff), diff)
 
     # ---------------------------------------------------------------- hooks

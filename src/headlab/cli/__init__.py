@@ -17,12 +17,24 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from headlab._version import __version__
-from headlab.cli import compose, experiment, heads, patch, prune, report, roles, serve, spec, train
+from headlab.cli import (
+    circuit,
+    compose,
+    experiment,
+    heads,
+    patch,
+    prune,
+    report,
+    roles,
+    serve,
+    spec,
+    train,
+)
 from headlab.errors import HeadlabError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
-COMMANDS = (report, heads, roles, patch, compose, prune, spec, train, experiment, serve)
+COMMANDS = (report, heads, roles, patch, compose, circuit, prune, spec, train, experiment, serve)
 
 
 class _Parser(argparse.ArgumentParser):

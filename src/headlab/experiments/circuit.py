@@ -1,0 +1,377 @@
+"""A behaviour's circuit, found automatically, measured, and its heads named from evidence: the
+workflow of ``headlab circuit``.
+
+1. Every edge of the model's graph is scored on the discovery prompts (EAP or EAP-IG,
+   :func:`headlab.causal.circuit.edge_scores`).
+2. The graph is cut to circuits of growing size and each is run on held-out prompts, every edge
+   outside it corrupted (:func:`headlab.causal.circuit.faithfulness_curve`). The circuit kept
+   is the smallest that reaches ``target`` (default 80%) of the logit difference.
+3. On IOI-shaped prompts (the answer once before the end, the distractor twice: the indirect
+   object and the subject of Wang et al. 2022), the circuit's heads are named by the classes
+   of the IOI paper where measurements support them (:data:`CLASS_RULES`), in this order:
+
+   - ``name mover``: positive direct logit attribution (at least :data:`DLA_SHARE` of the
+     largest), the last position attends to the indirect object (at least
+     :data:`ATTENDS`) more than to the subject, and the OV circuit copies (copying score > 0);
+   - ``negative name mover``: the same attention, negative direct logit attribution;
+   - ``s-inhibition``: its path into the strongest name movers' queries carries at least
+     :data:`PATH_SHARE` of the largest such path (path patching, Wang et al. Appendix B);
+   - ``induction``: at the subject's second occurrence it attends to the token after the first;
+   - ``duplicate token``: at the subject's second occurrence it attends to the first;
+   - ``previous token``: every position attends to the one before (mean);
+   - ``unexplained``: none of these measured.
+
+Classes are tendencies measured on these prompts, not assignments; every number is in the JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from headlab.causal.circuit import (
+    TARGETS,
+    Curve,
+    EdgeMethod,
+    EdgeScores,
+    Search,
+    edge_scores,
+    faithfulness_curve,
+)
+from headlab.causal.dla import direct_logit_attribution
+from headlab.causal.paths import Receiver, path_patching
+from headlab.causal.tasks import Task
+from headlab.errors import InputError
+from headlab.models.capture import HeadCapture
+from headlab.models.loading import LoadedModel
+from headlab.progress import NO_PROGRESS, Progress
+from headlab.roles.copying import copying_scores
+
+#: the classes, in the order a head is checked against them
+CLASSES = (
+    "name mover",
+    "negative name mover",
+    "s-inhibition",
+    "induction",
+    "duplicate token",
+    "previous token",
+    "unexplained",
+)
+#: a name mover's |direct logit attribution|, as a share of the largest head's
+DLA_SHARE = 0.1
+#: mean attention weight that counts as "attends to"
+ATTENDS = 0.2
+#: a head's path into the name movers' queries, as a share of the largest such path
+PATH_SHARE = 0.3
+#: name movers whose queries path patching reads (the strongest by direct logit attribution)
+PATH_RECEIVERS = 2
+CLASS_RULES = {
+    "name mover": f"direct logit attribution > 0 and >= {DLA_SHARE} of the largest; at the "
+    f"last position attends to the indirect object >= {ATTENDS} and more than to the subject; "
+    "OV copying score > 0",
+    "negative name mover": f"direct logit attribution < 0 and |dla| >= {DLA_SHARE} of the "
+    f"largest; attends to the indirect object at the end >= {ATTENDS}, more than to the subject",
+    "s-inhibition": f"path patching into the queries of the {PATH_RECEIVERS} strongest name "
+    f"movers: effect >= {PATH_SHARE} of the largest path there",
+    "induction": f"at the subject's second occurrence attends to the token after its first "
+    f">= {ATTENDS}",
+    "duplicate token": f"at the subject's second occurrence attends to its first >= {ATTENDS}",
+    "previous token": f"mean attention to the previous token >= {ATTENDS}",
+    "unexplained": "in the circuit; none of the measurements above",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class CircuitResult:
+    """A circuit and the evidence for its heads' classes.
+
+    Attributes:
+        scores: every edge's score on the discovery prompts.
+        curve: faithfulness against size on the held-out prompts; ``chosen`` the index of the
+            circuit kept (the smallest reaching ``target``).
+        heads: per head in the circuit, its class and evidence (empty classes where the prompts
+            are not IOI-shaped).
+    """
+
+    scores: EdgeScores
+    curve: Curve
+    chosen: int
+    target: float
+    eval_task: str
+    n_eval: int
+    heads: dict[tuple[int, int], dict[str, Any]]
+    ioi_shaped: bool
+    seconds: float
+
+    @property
+    def circuit(self) -> torch.Tensor:
+        """bool ``(S, R)``: the edges of the circuit kept."""
+        return self.curve.circuits[self.chosen]
+
+    def classes(self) -> dict[str, list[list[int]]]:
+        out: dict[str, list[list[int]]] = {name: [] for name in CLASSES}
+        for (layer, head), info in sorted(self.heads.items()):
+            out[info["class"]].append([layer, head])
+        return {name: heads for name, heads in out.items() if heads}
+
+    def to_json(self) -> dict[str, Any]:
+        s, c, graph = self.scores, self.curve, self.scores.graph
+        kept = self.circuit.nonzero().tolist()
+        edges = sorted(
+            (
+                {
+                    "sender": graph.senders[i],
+                    "receiver": graph.receivers[j],
+                    "score": round(float(s.scores[i, j]), 6),
+                }
+                for i, j in kept
+            ),
+            key=lambda e: -abs(e["score"]),
+        )
+        names = [*sorted({e["sender"] for e in edges}, key=graph.senders.index), "logits"]
+        nodes = [_node(name, self.heads) for name in names]
+
+        def point(i: int | None) -> dict[str, Any] | None:
+            if i is None:
+                return None
+            return {"edges": c.edges[i], "faithfulness": round(c.faithfulness[i], 4)}
+
+        return {
+            "schema": "headlab.circuit/1",
+            "model": s.model,
+            "task": s.task,
+            "eval_task": self.eval_task,
+            "n_prompts": s.n_prompts,
+            "n_eval_prompts": self.n_eval,
+            "method": s.method,
+            "steps": s.steps,
+            "search": c.search,
+            "clean": round(s.clean, 4),
+            "corrupt": round(s.corrupt, 4),
+            "eval": {"clean": round(c.clean, 4), "corrupt": round(c.corrupt, 4)},
+            "edges_total": graph.n_edges,
+            # query heads per KV head, per layer: a k/v receiver feeds that many heads
+            "group_size": [
+                len(graph.receiver_range(i, "q")) // len(graph.receiver_range(i, "k"))
+                for i in range(len(graph.blocks))
+            ],
+            "curve": [point(i) for i in range(len(c.edges))],
+            "smallest": {str(t): point(c.smallest[t]) for t in TARGETS},
+            "target": self.target,
+            "circuit": point(self.chosen),
+            "nodes": nodes,
+            "edges": edges,
+            "classes": self.classes(),
+            "class_rules": CLASS_RULES if self.ioi_shaped else {},
+            "heads": [
+                {"layer": layer, "head": head, **info}
+                for (layer, head), info in sorted(self.heads.items())
+            ],
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def _node(name: str, heads: dict[tuple[int, int], dict[str, Any]]) -> dict[str, Any]:
+    if name in ("embed", "logits"):
+        return {"name": name, "kind": name, "layer": None, "head": None, "class": None}
+    if name.startswith("mlp "):
+        return {"name": name, "kind": "mlp", "layer": int(name[4:]), "head": None, "class": None}
+    layer, head = (int(x) for x in name.split("."))
+    info = heads.get((layer, head), {})
+    return {"name": name, "kind": "head", "layer": layer, "head": head, "class": info.get("class")}
+
+
+# ---------------------------------------------------------------- evidence
+def _positions(ids: list[int], answer: int, distractor: int) -> tuple[int, int, int] | None:
+    """(indirect object, subject's first, subject's second occurrence) in an IOI-shaped
+    prompt, or ``None``."""
+    io = [i for i, t in enumerate(ids) if t == answer]
+    s = [i for i, t in enumerate(ids) if t == distractor]
+    if len(io) != 1 or len(s) != 2 or s[0] + 1 >= len(ids):
+        return None
+    return io[0], s[0], s[1]
+
+
+def _attention_evidence(lm: LoadedModel, task: Task) -> dict[str, torch.Tensor] | None:
+    """Per head ``(L, H)``: mean attention from the last position to the indirect object and
+    to the subject, at the subject's second occurrence to its first and to the token after it,
+    and to the previous token; ``None`` unless every prompt is IOI-shaped."""
+    n_layers, width = lm.n_layers, max(lm.layout.heads_per_layer)
+    keys = ("end_to_io", "end_to_s", "s2_to_s1", "s2_to_after_s1", "previous")
+    sums = {k: torch.zeros(n_layers, width, dtype=torch.float64) for k in keys}
+    count = 0
+    for batch in task.batches:
+        rows = [
+            _positions(ids, int(a), int(d))
+            for ids, a, d in zip(
+                batch.clean.tolist(), batch.answer.tolist(), batch.distractor.tolist(), strict=True
+            )
+        ]
+        if any(r is None for r in rows):
+            return None
+        with torch.inference_mode(), HeadCapture(lm, record_head_outputs=False) as cap:
+            lm.model(input_ids=batch.clean.to(lm.device))
+        for layer in range(n_layers):
+            p = cap.pattern(layer).double().cpu()  # (B, H, T, T)
+            n_heads = p.shape[1]
+            prev = p.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)  # (B, H)
+            for b, found in enumerate(rows):
+                assert found is not None
+                io, s1, s2 = found
+                sums["end_to_io"][layer, :n_heads] += p[b, :, -1, io]
+                sums["end_to_s"][layer, :n_heads] += p[b, :, -1, s1] + p[b, :, -1, s2]
+                sums["s2_to_s1"][layer, :n_heads] += p[b, :, s2, s1]
+                sums["s2_to_after_s1"][layer, :n_heads] += p[b, :, s2, s1 + 1]
+                sums["previous"][layer, :n_heads] += prev[b]
+        count += len(rows)
+    return {k: v / count for k, v in sums.items()}
+
+
+def _classify(
+    heads: list[tuple[int, int]],
+    dla: torch.Tensor,
+    copying: torch.Tensor,
+    attention: dict[str, torch.Tensor],
+    paths: torch.Tensor | None,
+) -> dict[tuple[int, int], dict[str, Any]]:
+    largest = float(dla.nan_to_num(0.0).abs().max())
+    best_path = 0.0 if paths is None else float(paths.nan_to_num(0.0).max())
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for layer, head in heads:
+
+        def at(t: torch.Tensor | None, layer: int = layer, head: int = head) -> float | None:
+            if t is None or bool(torch.isnan(t[layer, head])):
+                return None
+            return round(float(t[layer, head]), 4)
+
+        e = {
+            "dla": at(dla),
+            "copying": at(copying),
+            **{k: at(v) for k, v in attention.items()},
+            "path_to_name_movers": at(paths),
+        }
+        d, cp = e["dla"] or 0.0, e["copying"]
+        looks_at_io = (e["end_to_io"] or 0.0) >= ATTENDS and (e["end_to_io"] or 0.0) > (
+            e["end_to_s"] or 0.0
+        )
+        strong = abs(d) >= DLA_SHARE * largest and largest > 0
+        if strong and d > 0 and looks_at_io and cp is not None and cp > 0:
+            kind = "name mover"
+        elif strong and d < 0 and looks_at_io:
+            kind = "negative name mover"
+        elif (
+            e["path_to_name_movers"] is not None
+            and best_path > 0
+            and (e["path_to_name_movers"] >= PATH_SHARE * best_path)
+        ):
+            kind = "s-inhibition"
+        elif (e["s2_to_after_s1"] or 0.0) >= ATTENDS:
+            kind = "induction"
+        elif (e["s2_to_s1"] or 0.0) >= ATTENDS:
+            kind = "duplicate token"
+        elif (e["previous"] or 0.0) >= ATTENDS:
+            kind = "previous token"
+        else:
+            kind = "unexplained"
+        out[(layer, head)] = {"class": kind, **e}
+    return out
+
+
+def circuit_heads(result_scores: EdgeScores, circuit: torch.Tensor) -> list[tuple[int, int]]:
+    """The heads that send along the circuit's edges, by layer and head."""
+    graph = result_scores.graph
+    heads = []
+    for s in sorted(set(circuit.nonzero()[:, 0].tolist())):
+        name = graph.senders[s]
+        if name != "embed" and not name.startswith("mlp "):
+            layer, head = (int(x) for x in name.split("."))
+            heads.append((layer, head))
+    return heads
+
+
+def head_classes(
+    lm: LoadedModel,
+    task: Task,
+    heads: list[tuple[int, int]],
+    *,
+    progress: Progress | None = None,
+) -> tuple[dict[tuple[int, int], dict[str, Any]], bool]:
+    """Each of ``heads``' class and evidence on ``task``, and whether the prompts are
+    IOI-shaped (else every head is ``unexplained`` with what was measured)."""
+    dla = direct_logit_attribution(lm, task, progress=progress).dla
+    attention = _attention_evidence(lm, task)
+    if attention is None:
+        out = {h: {"class": "unexplained", "dla": round(float(dla[h]), 4)} for h in heads}
+        return out, False
+    copying = copying_scores(lm)
+    first = _classify(heads, dla, copying, attention, None)
+    movers = sorted(
+        (h for h, info in first.items() if info["class"] == "name mover"),
+        key=lambda h: -float(dla[h]),
+    )[:PATH_RECEIVERS]
+    paths: torch.Tensor | None = None
+    for layer, head in movers:
+        senders = [h for h in heads if h[0] < layer]
+        if not senders:
+            continue
+        result = path_patching(
+            lm, task, Receiver("q", layer, head), senders=senders, progress=progress
+        )
+        effects = result.effects.nan_to_num(float("-inf"))
+        paths = effects if paths is None else torch.maximum(paths, effects)
+    if paths is not None:
+        paths = paths.masked_fill(torch.isinf(paths), float("nan"))
+    return _classify(heads, dla, copying, attention, paths), True
+
+
+def find_circuit(
+    lm: LoadedModel,
+    task: Task,
+    eval_task: Task,
+    *,
+    method: EdgeMethod = "eap-ig",
+    steps: int = 5,
+    search: Search = "greedy",
+    sizes: list[int] | None = None,
+    target: float = 0.8,
+    classes: bool = True,
+    progress: Progress | None = None,
+) -> CircuitResult:
+    """Score every edge on ``task``, measure circuits of growing size on ``eval_task``, keep
+    the smallest reaching ``target`` and name its heads' classes (with ``classes``).
+
+    Raises:
+        InputError: ``target`` outside (0, 1]; what the steps below raise.
+    """
+    if not 0.0 < target <= 1.0:
+        raise InputError(f"target must be a share in (0, 1], got {target}")
+    start = time.perf_counter()
+    progress = progress or NO_PROGRESS
+    scores = edge_scores(lm, task, method=method, steps=steps, progress=progress)
+    curve = faithfulness_curve(lm, scores, eval_task, sizes=sizes, search=search, progress=progress)
+    reached = [i for i, f in enumerate(curve.faithfulness) if f >= target]
+    chosen = (
+        min(reached, key=lambda i: curve.edges[i])
+        if reached
+        else max(range(len(curve.edges)), key=lambda i: curve.faithfulness[i])
+    )
+    heads = circuit_heads(scores, curve.circuits[chosen])
+    info, shaped = (
+        head_classes(lm, task, heads, progress=progress)
+        if classes
+        else ({h: {"class": "unexplained"} for h in heads}, False)
+    )
+    return CircuitResult(
+        scores=scores,
+        curve=curve,
+        chosen=chosen,
+        target=target,
+        eval_task=eval_task.name,
+        n_eval=eval_task.n_prompts,
+        heads=info,
+        ioi_shaped=shaped,
+        seconds=time.perf_counter() - start,
+    )

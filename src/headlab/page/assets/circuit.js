@@ -1,0 +1,166 @@
+// The circuit's page: headlab circuit's JSON (headlab.circuit/1) drawn as a graph, layers
+// bottom to top, each head a node coloured by its class, each edge as wide as its |score|.
+const data = JSON.parse(document.getElementById("data").textContent);
+const CLASS_COLOURS = {
+  "name mover": "#d62728", "negative name mover": "#9467bd", "s-inhibition": "#ff7f0e",
+  "induction": "#2ca02c", "duplicate token": "#17becf", "previous token": "#8c564b",
+  "unexplained": "#9e9e9e",
+};
+const MLP_COLOUR = "#bdbdbd", END_COLOUR = "#333";
+
+function nodeColour(n) {
+  if (n.kind === "head") return CLASS_COLOURS[n.class] || CLASS_COLOURS.unexplained;
+  return n.kind === "mlp" ? MLP_COLOUR : END_COLOUR;
+}
+
+function layout() {
+  const heads = data.nodes.filter((n) => n.kind === "head");
+  const layers = data.nodes.filter((n) => n.layer !== null).map((n) => n.layer);
+  const top = layers.length ? Math.max.apply(null, layers) : 0;
+  const width = Math.max(1, Math.max.apply(null, heads.map((n) => n.head + 1).concat([1])));
+  const pos = {}, dx = 46, dy = 26, left = 60, rows = top + 3;  // embed, layers, logits
+  const H = rows * dy + 30;
+  data.nodes.forEach((n) => {
+    let row, x;
+    if (n.kind === "embed") { row = 0; x = left + (width * dx) / 2; }
+    else if (n.kind === "logits") { row = top + 2; x = left + (width * dx) / 2; }
+    else { row = n.layer + 1; x = n.kind === "mlp" ? left + (width + 0.6) * dx : left + n.head * dx; }
+    pos[n.name] = { x: x, y: H - 20 - row * dy };
+  });
+  return { pos: pos, W: left + (width + 2) * dx, H: H, top: top, dy: dy };
+}
+
+// the nodes an edge's receiver belongs to: q:L.H its head; k:L.G and v:L.G the heads of the
+// KV group in the circuit; mlp L its MLP; logits the logits
+function receiverNodes(name, pos) {
+  if (name === "logits" || name.startsWith("mlp ")) return [name];
+  const kind = name[0], rest = name.slice(2).split("."), layer = +rest[0], index = +rest[1];
+  if (kind === "q") return [layer + "." + index];
+  const size = data.group_size[layer];
+  const out = [];
+  for (let h = index * size; h < (index + 1) * size; h++) if (pos[layer + "." + h]) out.push(layer + "." + h);
+  return out;
+}
+
+function drawGraph() {
+  const L = layout(), pos = L.pos;
+  const svg = svgEl("svg", { viewBox: "0 0 " + L.W + " " + L.H, role: "img", "aria-label": "the circuit as a graph" });
+  for (let l = 0; l <= L.top; l++) {
+    svg.appendChild(svgEl("text", { x: 4, y: L.H - 20 - (l + 1) * L.dy + 4, class: "layer", "font-size": 10, fill: "#888" }, "layer " + l));
+  }
+  const most = Math.max.apply(null, data.edges.map((e) => Math.abs(e.score)).concat([1e-12]));
+  const edgeLayer = svgEl("g", { id: "edge-lines" });
+  data.edges.forEach((e) => {
+    const a = pos[e.sender];
+    receiverNodes(e.receiver, pos).forEach((to) => {
+      const b = pos[to];
+      if (!a || !b) return;
+      const line = svgEl("line", {
+        x1: a.x, y1: a.y, x2: b.x, y2: b.y, "stroke-width": (0.4 + 4 * Math.abs(e.score) / most).toFixed(2),
+        stroke: e.score < 0 ? "#e6550d" : "#3182bd", "stroke-opacity": 0.55,
+        "data-edge": e.sender + ">" + e.receiver, "data-score": e.score,
+      });
+      line.appendChild(svgEl("title", {}, e.sender + " \u2192 " + e.receiver + ": " + fmt(e.score, 4)));
+      edgeLayer.appendChild(line);
+    });
+  });
+  svg.appendChild(edgeLayer);
+  const nodeLayer = svgEl("g", { id: "node-marks" });
+  data.nodes.forEach((n) => {
+    const p = pos[n.name];
+    const attrs = { "data-node": n.name, "data-class": n.class || n.kind, fill: nodeColour(n), stroke: "#fff" };
+    const mark = n.kind === "mlp"
+      ? svgEl("rect", Object.assign({ x: p.x - 6, y: p.y - 6, width: 12, height: 12 }, attrs))
+      : svgEl("circle", Object.assign({ cx: p.x, cy: p.y, r: n.kind === "head" ? 8 : 10 }, attrs));
+    mark.appendChild(svgEl("title", {}, n.name + (n.class ? " \u2014 " + n.class : "")));
+    nodeLayer.appendChild(mark);
+    if (n.kind !== "mlp") {
+      nodeLayer.appendChild(svgEl("text", { x: p.x, y: p.y - 10, "text-anchor": "middle", "font-size": 9, fill: "#444" },
+        n.kind === "head" ? n.name : n.name));
+    }
+  });
+  svg.appendChild(nodeLayer);
+  document.getElementById("graph").appendChild(svg);
+  const shown = data.edges.length, all = data.edges_in_circuit;
+  document.getElementById("graph-note").textContent = "Bottom: the embeddings; top: the logits. " +
+    "Each circle a head, coloured by its class; squares the MLPs. " +
+    (shown < all ? "The " + shown + " strongest of the circuit's " + all + " edges are drawn. " : "All " + all + " edges are drawn. ") +
+    "Orange: corrupting the edge lowers the logit difference (it carries the behaviour); blue: raises it; width: |score|.";
+}
+
+function drawLegend() {
+  const box = document.getElementById("legend");
+  const present = new Set(data.nodes.filter((n) => n.kind === "head").map((n) => n.class));
+  Object.keys(CLASS_COLOURS).filter((c) => present.has(c)).forEach((c) => {
+    const item = el("span", { "data-class": c });
+    const dot = el("i");
+    dot.style.background = CLASS_COLOURS[c];
+    item.appendChild(dot);
+    item.appendChild(document.createTextNode(c));
+    box.appendChild(item);
+  });
+}
+
+function drawCurve() {
+  const W = 400, H = 220, m = { l: 44, r: 10, t: 10, b: 34 };
+  const pts = data.curve.filter((p) => p.edges > 0);
+  const svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "faithfulness against edges" });
+  const lx = (e) => m.l + (W - m.l - m.r) * Math.log10(e) / Math.log10(Math.max(10, data.edges_total));
+  const lo = Math.min(0, Math.min.apply(null, pts.map((p) => p.faithfulness)));
+  const hi = Math.max(1.05, Math.max.apply(null, pts.map((p) => p.faithfulness)));
+  const ly = (f) => H - m.b - (H - m.t - m.b) * (f - lo) / (hi - lo);
+  [0.8, 0.9].forEach((t) => svg.appendChild(svgEl("line", { x1: m.l, x2: W - m.r, y1: ly(t), y2: ly(t), stroke: "#ccc", "stroke-dasharray": "3 3" })));
+  svg.appendChild(svgEl("line", { x1: m.l, x2: m.l, y1: m.t, y2: H - m.b, stroke: "#999" }));
+  svg.appendChild(svgEl("line", { x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b, stroke: "#999" }));
+  svg.appendChild(svgEl("polyline", { points: pts.map((p) => lx(p.edges) + "," + ly(p.faithfulness)).join(" "), fill: "none", stroke: "#3182bd", "stroke-width": 2 }));
+  pts.forEach((p) => {
+    const chosen = data.circuit && p.edges === data.circuit.edges;
+    const c = svgEl("circle", { cx: lx(p.edges), cy: ly(p.faithfulness), r: chosen ? 5 : 2.5, fill: chosen ? "#d62728" : "#3182bd", "data-edges": p.edges });
+    c.appendChild(svgEl("title", {}, p.edges + " edges: " + fmt(p.faithfulness, 3)));
+    svg.appendChild(c);
+  });
+  svg.appendChild(svgEl("text", { x: (W + m.l) / 2, y: H - 6, "text-anchor": "middle", "font-size": 11 }, "edges kept (log scale)"));
+  svg.appendChild(svgEl("text", { x: 12, y: (H - m.b) / 2, "font-size": 11, transform: "rotate(-90 12 " + (H - m.b) / 2 + ")", "text-anchor": "middle" }, "faithfulness"));
+  [0, 0.5, 1].forEach((f) => svg.appendChild(svgEl("text", { x: m.l - 4, y: ly(f) + 4, "font-size": 10, "text-anchor": "end" }, f)));
+  document.getElementById("curve").appendChild(svg);
+}
+
+function table(head, rows) {
+  const t = el("table");
+  const tr = el("tr");
+  head.forEach((h) => tr.appendChild(el("th", {}, h)));
+  t.appendChild(tr);
+  rows.forEach((r) => {
+    const row = el("tr");
+    r.forEach((c, i) => row.appendChild(el("td", i > 0 && typeof c === "number" ? { class: "num" } : {}, c)));
+    t.appendChild(row);
+  });
+  return t;
+}
+
+function drawTables() {
+  const rows = Object.keys(data.classes).map((c) => [c, data.classes[c].map((h) => h[0] + "." + h[1]).join(", ")]);
+  const classes = document.getElementById("classes");
+  classes.appendChild(rows.length ? table(["class", "heads"], rows) : el("p", { class: "muted" }, "No heads in the circuit."));
+  const rules = data.class_rules || {};
+  if (Object.keys(rules).length) {
+    const list = el("ul", { class: "muted" });
+    Object.keys(rules).forEach((c) => list.appendChild(el("li", {}, c + ": " + rules[c])));
+    classes.appendChild(list);
+  } else {
+    classes.appendChild(el("p", { class: "muted" }, "The prompts are not IOI-shaped: heads are not named by the IOI paper's classes."));
+  }
+  document.getElementById("edges").appendChild(table(["sender", "receiver", "score"],
+    data.edges.slice(0, 20).map((e) => [e.sender, e.receiver, fmt(e.score, 4)])));
+}
+
+const c = data.circuit;
+document.getElementById("summary").textContent = data.method.toUpperCase() + (data.steps ? " (" + data.steps + " steps)" : "") +
+  " edge scores on " + data.n_prompts + " prompts (logit difference " + fmt(data.clean, 2) + " clean, " + fmt(data.corrupt, 2) +
+  " corrupted); measured on " + data.n_eval_prompts + " held-out prompts (" + data.eval_task + "): the circuit kept has " +
+  c.edges + " of " + data.edges_total + " edges and keeps " + fmt(100 * c.faithfulness, 1) + "% of the logit difference.";
+drawGraph();
+drawLegend();
+drawCurve();
+drawTables();
+document.body.setAttribute("data-ready", "1");

@@ -1,0 +1,127 @@
+"""``headlab circuit`` end to end on a tiny random Llama (GQA): the JSON a user reads, the page
+it draws (in Chromium), and bad input refused in one line before any model is loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.causal.test_patch_cli import PROMPTS, _fails, _jsonl
+from tests.models.tiny import build
+
+from headlab.causal.graph import build_graph
+from headlab.cli import main
+from headlab.experiments.circuit import CLASSES
+from headlab.models.loading import load
+
+HELD_OUT = [
+    {
+        "clean": "When Lisa and Mark went to the park, Mark gave a book to",
+        "corrupt": "When Emma and Paul went to the park, Tom gave a book to",
+        "answer": " Lisa",
+        "distractor": " Mark",
+    },
+    {
+        "clean": "Then, Mark and Lisa had a long walk, and afterwards Lisa said to",
+        "corrupt": "Then, Paul and Emma had a long walk, and afterwards Tom said to",
+        "answer": " Mark",
+        "distractor": " Lisa",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
+    tmp = tmp_path_factory.mktemp("circuit")
+    folder = build("llama", tmp / "llama", lm_head=True, seed=5)
+    found, held = _jsonl(tmp / "find.jsonl", PROMPTS), _jsonl(tmp / "held.jsonl", HELD_OUT)
+    page = tmp / "circuit.html"
+    argv = ["-q", "circuit", "--model", str(folder), "--prompts", str(found)]
+    argv += ["--eval-prompts", str(held), "--json", "--html", str(page), "--method", "eap"]
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return folder, json.loads(out.getvalue()), page
+
+
+def test_the_json_has_the_curve_the_circuit_and_its_classes(run) -> None:
+    folder, data, _ = run
+    graph = build_graph(load(folder, with_lm_head=True))
+    assert data["schema"] == "headlab.circuit/1" and data["edges_total"] == graph.n_edges
+    assert (data["n_prompts"], data["n_eval_prompts"], data["method"]) == (2, 2, "eap")
+    curve = data["curve"]
+    assert [p["edges"] for p in curve] == sorted(p["edges"] for p in curve)
+    assert curve[-1]["edges"] == graph.n_edges and curve[-1]["faithfulness"] == pytest.approx(1.0)
+    assert curve[0]["edges"] == 1
+    chosen = data["circuit"]
+    assert chosen in curve and len(data["edges"]) == chosen["edges"]
+    reached = [p for p in curve if p["faithfulness"] >= 0.8]
+    assert chosen["edges"] == min(p["edges"] for p in reached)  # the smallest reaching 80%
+    assert data["smallest"]["0.8"] == chosen
+    names = {n["name"] for n in data["nodes"]}
+    assert "logits" in names and all(e["sender"] in names for e in data["edges"])
+    assert all(
+        e["sender"] in graph.senders and e["receiver"] in graph.receivers for e in data["edges"]
+    )
+    scores = [abs(e["score"]) for e in data["edges"]]
+    assert scores == sorted(scores, reverse=True)
+    heads = {(h["layer"], h["head"]) for h in data["heads"]}
+    assert heads == {(n["layer"], n["head"]) for n in data["nodes"] if n["kind"] == "head"}
+    assert set(data["classes"]) <= set(CLASSES)
+    assert sum(len(v) for v in data["classes"].values()) == len(heads)
+    for h in data["heads"]:  # the evidence behind each class, measured on these IOI prompts
+        assert {"dla", "copying", "end_to_io", "end_to_s", "s2_to_s1", "previous"} <= set(h)
+    assert data["class_rules"]["name mover"].startswith("direct logit attribution > 0")
+
+
+def test_the_page_draws_the_circuit_offline(run, browser) -> None:
+    _, data, page = run
+    tab = browser.new_page()
+    errors: list[str] = []
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    requests: list[str] = []
+    tab.on("request", lambda r: requests.append(r.url))
+    tab.goto(page.as_uri())
+    tab.wait_for_selector("body[data-ready='1']")
+    heads = [n for n in data["nodes"] if n["kind"] == "head"]
+    circles = [n for n in data["nodes"] if n["kind"] != "mlp"]  # heads, embeddings, logits
+    assert tab.locator("#graph circle[data-class]").count() == len(circles)
+    for n in heads:
+        mark = tab.locator(f"#graph [data-node='{n['name']}']")
+        assert mark.get_attribute("data-class") == n["class"]
+    lines = tab.locator("#graph line[data-edge]")
+    assert lines.count() >= min(len(data["edges"]), 400)
+    widths = [
+        float(w)
+        for w in tab.eval_on_selector_all(
+            "#graph line[data-edge]", "ls => ls.map(l => l.getAttribute('stroke-width'))"
+        )
+    ]
+    assert max(widths) > 3 * min(widths)  # width follows |score|
+    assert tab.locator("#curve circle").count() == len([p for p in data["curve"] if p["edges"] > 0])
+    assert f"{data['circuit']['edges']} of {data['edges_total']} edges" in tab.text_content(
+        "#summary"
+    )
+    assert errors == [] and all(u.startswith("file:") for u in requests)
+    tab.close()
+
+
+def test_bad_input_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    found = _jsonl(tmp_path / "find.jsonl", PROMPTS)
+    base = ["circuit", "--model", str(tmp_path / "missing")]
+    assert "add --eval-prompts" in _fails([*base, "--prompts", str(found)], capsys)
+    line = _fails(
+        [*base, "--prompts", str(found), "--eval-prompts", str(found), "--html", "x.png"], capsys
+    )
+    assert "--html x.png: expected an .html file" in line
+    broken = _jsonl(tmp_path / "bad.jsonl", ["{not json"])
+    line = _fails([*base, "--prompts", str(found), "--eval-prompts", str(broken)], capsys)
+    assert "bad.jsonl" in line
+    for flag, value in (("--target", "1.5"), ("--sizes", "ten")):
+        assert main(["circuit", flag, value]) == 2  # argparse's usage error
+        assert f"argument {flag}: expected" in capsys.readouterr().err

@@ -12,13 +12,13 @@ workflow of ``headlab circuit``.
 
    - ``name mover``: positive direct logit attribution (at least :data:`DLA_SHARE` of the
      largest), the last position attends to the indirect object (at least
-     :data:`ATTENDS`) more than to the subject, and the OV circuit copies (copying score > 0);
+     :data:`ATTENDS`) more than to the subject, and it copies it (:func:`_name_copying`);
    - ``negative name mover``: the same attention, negative direct logit attribution;
    - ``s-inhibition``: its path into the strongest name movers' queries carries at least
      :data:`PATH_SHARE` of the largest such path (path patching, Wang et al. Appendix B);
    - ``induction``: at the subject's second occurrence it attends to the token after the first;
    - ``duplicate token``: at the subject's second occurrence it attends to the first;
-   - ``previous token``: every position attends to the one before (mean);
+   - ``previous token``: every position attends to the one before (mean, :data:`PREVIOUS`);
    - ``unexplained``: none of these measured.
 
 Classes are tendencies measured on these prompts, not assignments; every number is in the JSON.
@@ -42,13 +42,13 @@ from headlab.causal.circuit import (
     faithfulness_curve,
 )
 from headlab.causal.dla import direct_logit_attribution
+from headlab.causal.graph import build_graph
 from headlab.causal.paths import Receiver, path_patching
 from headlab.causal.tasks import Task
 from headlab.errors import InputError
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.progress import NO_PROGRESS, Progress
-from headlab.roles.copying import copying_scores
 
 #: the classes, in the order a head is checked against them
 CLASSES = (
@@ -62,8 +62,14 @@ CLASSES = (
 )
 #: a name mover's |direct logit attribution|, as a share of the largest head's
 DLA_SHARE = 0.1
-#: mean attention weight that counts as "attends to"
-ATTENDS = 0.2
+#: mean attention weight that counts as "attends to" (a uniform row of these prompts: ~0.07)
+ATTENDS = 0.3
+#: mean attention to the previous token that makes a previous-token head
+PREVIOUS = 0.4
+#: a name mover copies: the indirect object among the top 5 logits of what it reads there, in
+#: at least this share of the prompts (Wang et al.'s copying score)
+COPIES = 0.5
+TOP_LOGITS = 5
 #: a head's path into the name movers' queries, as a share of the largest such path
 PATH_SHARE = 0.3
 #: name movers whose queries path patching reads (the strongest by direct logit attribution)
@@ -71,7 +77,9 @@ PATH_RECEIVERS = 2
 CLASS_RULES = {
     "name mover": f"direct logit attribution > 0 and >= {DLA_SHARE} of the largest; at the "
     f"last position attends to the indirect object >= {ATTENDS} and more than to the subject; "
-    "OV copying score > 0",
+    f"copies it: its value there, through its output projection, the final norm's gain and the "
+    f"unembedding, ranks the indirect object in the top {TOP_LOGITS} logits in >= {COPIES} of "
+    "the prompts",
     "negative name mover": f"direct logit attribution < 0 and |dla| >= {DLA_SHARE} of the "
     f"largest; attends to the indirect object at the end >= {ATTENDS}, more than to the subject",
     "s-inhibition": f"path patching into the queries of the {PATH_RECEIVERS} strongest name "
@@ -79,7 +87,7 @@ CLASS_RULES = {
     "induction": f"at the subject's second occurrence attends to the token after its first "
     f">= {ATTENDS}",
     "duplicate token": f"at the subject's second occurrence attends to its first >= {ATTENDS}",
-    "previous token": f"mean attention to the previous token >= {ATTENDS}",
+    "previous token": f"mean attention to the previous token >= {PREVIOUS}",
     "unexplained": "in the circuit; none of the measurements above",
 }
 
@@ -230,6 +238,55 @@ def _attention_evidence(lm: LoadedModel, task: Task) -> dict[str, torch.Tensor] 
     return {k: v / count for k, v in sums.items()}
 
 
+def _name_copying(lm: LoadedModel, task: Task, heads: list[tuple[int, int]]) -> torch.Tensor:
+    """``(L, H)``: for each of ``heads``, the share of prompts in which what it reads at the
+    indirect object (its value vector there, through its columns of the output projection,
+    the final norm's gain and the unembedding) ranks the indirect object among the top
+    :data:`TOP_LOGITS` logits (Wang et al. 2022's copying score, on the prompts' own
+    residual stream); NaN for every other head."""
+    out = torch.full(
+        (lm.n_layers, max(lm.layout.heads_per_layer)), float("nan"), dtype=torch.float64
+    )
+    if not heads:
+        return out
+    w_u = lm.model.get_output_embeddings().weight.detach()  # (V, E)
+    gain = getattr(build_graph(lm).final_norm, "weight", None)
+    layers = sorted({layer for layer, _ in heads})
+    hits = torch.zeros_like(out).nan_to_num(0.0)
+    total = 0
+    for batch in task.batches:
+        rows = [
+            _positions(ids, int(a), int(d))
+            for ids, a, d in zip(
+                batch.clean.tolist(), batch.answer.tolist(), batch.distractor.tolist(), strict=True
+            )
+        ]
+        io = torch.tensor([r[0] if r is not None else 0 for r in rows])
+        with (
+            torch.inference_mode(),
+            HeadCapture(lm, layers=layers, record_head_outputs=False) as cap,
+        ):
+            lm.model(input_ids=batch.clean.to(lm.device))
+        for layer, head in heads:
+            v = cap.records[layer].v  # (B, Hkv, T, D)
+            assert v is not None
+            n_heads = lm.layout.heads_per_layer[layer]
+            group = head // (n_heads // v.shape[1])
+            read = v[torch.arange(v.shape[0]), group, io.to(v.device)]  # (B, D)
+            w_o = lm.adapter.out_proj_weight(lm.layers[layer].out_proj).detach()  # (E, H*D)
+            d = read.shape[-1]
+            written = read @ w_o[:, head * d : (head + 1) * d].to(read).t()  # (B, E)
+            if isinstance(gain, torch.Tensor):
+                written = written * gain.detach().to(written)
+            top = (written @ w_u.to(written).t()).topk(TOP_LOGITS, dim=-1).indices  # (B, k)
+            hit = (top == batch.answer.to(top.device)[:, None]).any(dim=-1)
+            hits[layer, head] += float(hit.sum())
+        total += len(rows)
+    for layer, head in heads:
+        out[layer, head] = hits[layer, head] / total
+    return out
+
+
 def _classify(
     heads: list[tuple[int, int]],
     dla: torch.Tensor,
@@ -258,7 +315,7 @@ def _classify(
             e["end_to_s"] or 0.0
         )
         strong = abs(d) >= DLA_SHARE * largest and largest > 0
-        if strong and d > 0 and looks_at_io and cp is not None and cp > 0:
+        if strong and d > 0 and looks_at_io and cp is not None and cp >= COPIES:
             kind = "name mover"
         elif strong and d < 0 and looks_at_io:
             kind = "negative name mover"
@@ -272,7 +329,7 @@ def _classify(
             kind = "induction"
         elif (e["s2_to_s1"] or 0.0) >= ATTENDS:
             kind = "duplicate token"
-        elif (e["previous"] or 0.0) >= ATTENDS:
+        elif (e["previous"] or 0.0) >= PREVIOUS:
             kind = "previous token"
         else:
             kind = "unexplained"
@@ -306,7 +363,14 @@ def head_classes(
     if attention is None:
         out = {h: {"class": "unexplained", "dla": round(float(dla[h]), 4)} for h in heads}
         return out, False
-    copying = copying_scores(lm)
+    largest = float(dla.nan_to_num(0.0).abs().max())
+    candidates = [
+        (layer, head)
+        for layer, head in heads
+        if float(dla[layer, head]) >= DLA_SHARE * largest
+        and float(attention["end_to_io"][layer, head]) >= ATTENDS
+    ]
+    copying = _name_copying(lm, task, candidates)
     first = _classify(heads, dla, copying, attention, None)
     movers = sorted(
         (h for h, info in first.items() if info["class"] == "name mover"),

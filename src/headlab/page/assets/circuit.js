@@ -19,13 +19,13 @@ function layout() {
   const top = layers.length ? Math.max.apply(null, layers) : 0;
   const width = Math.max(1, Math.max.apply(null, heads.map((n) => n.head + 1).concat([1])));
   const pos = {}, dx = 46, dy = 26, left = 60, rows = top + 3;  // embed, layers, logits
-  const H = rows * dy + 30;
+  const H = rows * dy + 50;
   data.nodes.forEach((n) => {
     let row, x;
     if (n.kind === "embed") { row = 0; x = left + (width * dx) / 2; }
     else if (n.kind === "logits") { row = top + 2; x = left + (width * dx) / 2; }
     else { row = n.layer + 1; x = n.kind === "mlp" ? left + (width + 0.6) * dx : left + n.head * dx; }
-    pos[n.name] = { x: x, y: H - 20 - row * dy };
+    pos[n.name] = { x: x, y: H - 36 - row * dy };
   });
   return { pos: pos, W: left + (width + 2) * dx, H: H, top: top, dy: dy };
 }
@@ -46,7 +46,7 @@ function drawGraph() {
   const L = layout(), pos = L.pos;
   const svg = svgEl("svg", { viewBox: "0 0 " + L.W + " " + L.H, role: "img", "aria-label": "the circuit as a graph" });
   for (let l = 0; l <= L.top; l++) {
-    svg.appendChild(svgEl("text", { x: 4, y: L.H - 20 - (l + 1) * L.dy + 4, class: "layer", "font-size": 10, fill: "#888" }, "layer " + l));
+    svg.appendChild(svgEl("text", { x: 4, y: L.H - 36 - (l + 1) * L.dy + 4, class: "layer", "font-size": 10, fill: "#888" }, "layer " + l));
   }
   const most = Math.max.apply(null, data.edges.map((e) => Math.abs(e.score)).concat([1e-12]));
   const edgeLayer = svgEl("g", { id: "edge-lines" });
@@ -74,9 +74,11 @@ function drawGraph() {
       : svgEl("circle", Object.assign({ cx: p.x, cy: p.y, r: n.kind === "head" ? 8 : 10 }, attrs));
     mark.appendChild(svgEl("title", {}, n.name + (n.class ? " \u2014 " + n.class : "")));
     nodeLayer.appendChild(mark);
-    if (n.kind !== "mlp") {
-      nodeLayer.appendChild(svgEl("text", { x: p.x, y: p.y - 10, "text-anchor": "middle", "font-size": 9, fill: "#444" },
-        n.kind === "head" ? n.name : n.name));
+    // names on the ends and on the heads a class explains; every node has its title on hover
+    if (n.kind !== "mlp" && !(n.kind === "head" && (n.class === "unexplained" || !n.class))) {
+      const below = n.kind === "embed";
+      nodeLayer.appendChild(svgEl("text", { x: p.x + (n.kind === "head" ? 10 : 0), y: below ? p.y + 22 : p.y + (n.kind === "head" ? 3 : -13),
+        "text-anchor": n.kind === "head" ? "start" : "middle", "font-size": 9, fill: "#222", class: "node-name" }, n.name));
     }
   });
   svg.appendChild(nodeLayer);
@@ -139,9 +141,17 @@ function table(head, rows) {
 }
 
 function drawTables() {
-  const rows = Object.keys(data.classes).map((c) => [c, data.classes[c].map((h) => h[0] + "." + h[1]).join(", ")]);
+  const named = (c) => data.classes[c].map((h) => h[0] + "." + h[1]).join(", ");
+  const rows = Object.keys(data.classes).filter((c) => c !== "unexplained").map((c) => [c, named(c)]);
   const classes = document.getElementById("classes");
-  classes.appendChild(rows.length ? table(["class", "heads"], rows) : el("p", { class: "muted" }, "No heads in the circuit."));
+  const none = (data.classes.unexplained || []).length;
+  classes.appendChild(rows.length ? table(["class", "heads"], rows) : el("p", { class: "muted" }, "No head of the circuit is named by a class."));
+  if (none) {
+    const more = el("details", { id: "unexplained" });
+    more.appendChild(el("summary", {}, none + " heads of the circuit unexplained"));
+    more.appendChild(el("p", { class: "muted" }, named("unexplained")));
+    classes.appendChild(more);
+  }
   const rules = data.class_rules || {};
   if (Object.keys(rules).length) {
     const list = el("ul", { class: "muted" });

@@ -39,6 +39,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     page = tmp / "circuit.html"
     argv = ["-q", "circuit", "--model", str(folder), "--prompts", str(found)]
     argv += ["--eval-prompts", str(held), "--json", "--html", str(page), "--method", "eap"]
+    argv += ["--figure", str(tmp / "circuit.png")]
     import contextlib
     import io
 
@@ -118,7 +119,7 @@ def test_bad_input_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
     line = _fails(
         [*base, "--prompts", str(found), "--eval-prompts", str(found), "--html", "x.png"], capsys
     )
-    assert "--html x.png: expected an .html file" in line
+    assert "--html x.png: expected a .html file" in line
     broken = _jsonl(tmp_path / "bad.jsonl", ["{not json"])
     line = _fails([*base, "--prompts", str(found), "--eval-prompts", str(broken)], capsys)
     assert "bad.jsonl" in line
@@ -211,3 +212,33 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
         hook.remove()
         assert float(got[layer, head]) == pytest.approx(hits / task.n_prompts)
     assert torch.isnan(got[0, 1])  # not asked: not measured
+
+
+def test_the_report_draws_the_circuit(run, browser, tmp_path: Path, capsys) -> None:
+    """``headlab report --circuit``: the graph as a figure of the report, seen in Chromium;
+    ``--figure`` the same PNG; a file that is not a circuit refused before any measurement."""
+    _, data, page = run
+    assert (page.parent / "circuit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = tmp_path / "circuit.json"
+    result.write_text(json.dumps(data))
+    out = tmp_path / "report"
+    report = ["-q", "report", "--out", str(out), "--limit", "8", "--replicates", "0", "--no-gap"]
+    report.append("--roles-only")
+    assert main([*report, "--circuit", str(result)]) == 0
+    capsys.readouterr()
+    html = (out / "index.html").read_text()
+    c = data["circuit"]
+    assert 'src="figures/circuit.png"' in html
+    assert f"{c['edges']} of {data['edges_total']} edges keep" in html
+    tab = browser.new_page()
+    tab.goto((out / "index.html").as_uri())
+    width = tab.eval_on_selector(
+        "img[src='figures/circuit.png']", "i => i.complete && i.naturalWidth"
+    )
+    assert width > 300
+    tab.close()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model": "m", "edges": []}))
+    line = _fails([*report, "--out", str(tmp_path / "r2"), "--circuit", str(bad)], capsys)
+    assert "expected the JSON of headlab circuit --json" in line and str(bad) in line
+    assert not (tmp_path / "r2").exists()

@@ -1,4 +1,5 @@
-"""The patching heatmap: layers x heads, each cell a head's signed effect (PNG, atomically)."""
+"""Causal figures as PNG, written atomically: the patching heatmap (layers x heads, each cell a
+head's signed effect), composition rows, and a circuit drawn as a graph."""
 
 from __future__ import annotations
 
@@ -93,6 +94,102 @@ def write_composition(
         fontsize=9,
     )
     fig.colorbar(image, ax=ax, label="x baseline")
+    return _save(fig, path)
+
+
+#: the colour of each head class, in the figure and in the circuit's page
+CLASS_COLOURS = {
+    "name mover": "#d62728",
+    "negative name mover": "#9467bd",
+    "s-inhibition": "#ff7f0e",
+    "induction": "#2ca02c",
+    "duplicate token": "#17becf",
+    "previous token": "#8c564b",
+    "unexplained": "#9e9e9e",
+}
+
+
+def _receiver_nodes(name: str, present: set[str], group: list[int]) -> list[str]:
+    """The nodes a receiver belongs to: ``q:L.H`` its head, ``k:L.G``/``v:L.G`` the heads of
+    KV group ``G`` that are drawn, ``mlp L`` and ``logits`` themselves."""
+    if name == "logits" or name.startswith("mlp "):
+        return [name]
+    kind, rest = name.split(":")
+    layer, index = (int(x) for x in rest.split("."))
+    if kind == "q":
+        return [f"{layer}.{index}"]
+    size = group[layer]
+    heads = (f"{layer}.{h}" for h in range(index * size, (index + 1) * size))
+    return [h for h in heads if h in present]
+
+
+def write_circuit(data: dict[str, Any], path: str | Path, *, max_edges: int = 400) -> Path:
+    """Draw a circuit (``headlab circuit --json``) as a graph: the embeddings at the bottom, the
+    logits at the top, a layer a row; heads as dots coloured by class, MLPs as squares; the
+    ``max_edges`` strongest edges as lines as wide as their |score|, orange where corrupting
+    the edge lowers the logit difference, blue where it raises it. Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nodes = data["nodes"]
+    layers = [n["layer"] for n in nodes if n["layer"] is not None]
+    top = max(layers, default=0)
+    width = max((n["head"] + 1 for n in nodes if n["kind"] == "head"), default=1)
+    pos: dict[str, tuple[float, float]] = {}
+    for n in nodes:
+        if n["kind"] == "embed":
+            pos[n["name"]] = ((width - 1) / 2, -1.0)
+        elif n["kind"] == "logits":
+            pos[n["name"]] = ((width - 1) / 2, top + 1.0)
+        else:
+            x = width + 0.2 if n["kind"] == "mlp" else n["head"]
+            pos[n["name"]] = (float(x), float(n["layer"]))
+    edges = data["edges"][:max_edges]
+    most = max((abs(e["score"]) for e in edges), default=1.0) or 1.0
+    fig, ax = plt.subplots(figsize=(0.55 * width + 3.4, 0.26 * top + 2.6))
+    present = set(pos)
+    for e in edges:
+        x0, y0 = pos[e["sender"]]
+        for target in _receiver_nodes(e["receiver"], present, data["group_size"]):
+            x1, y1 = pos[target]
+            ax.plot(
+                [x0, x1], [y0, y1], color="#e6550d" if e["score"] < 0 else "#3182bd",
+                linewidth=0.3 + 3.0 * abs(e["score"]) / most, alpha=0.45, zorder=1,
+            )  # fmt: skip
+    for n in nodes:
+        x, y = pos[n["name"]]
+        if n["kind"] == "mlp":
+            ax.scatter([x], [y], marker="s", s=28, color="#bdbdbd", zorder=2)
+            continue
+        colour = CLASS_COLOURS.get(n["class"] or "", "#333333")
+        ax.scatter([x], [y], s=70 if n["kind"] == "head" else 140, color=colour, zorder=2)
+        if n["kind"] != "head" or n["class"] not in (None, "unexplained"):
+            ax.annotate(n["name"], (x, y), xytext=(5, 3), textcoords="offset points", fontsize=6)
+    classes = [c for c in CLASS_COLOURS if c in data["classes"]]
+    for name in classes:
+        ax.scatter([], [], color=CLASS_COLOURS[name], label=name)
+    if classes:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    ax.set_yticks(
+        range(top + 1), [str(i) if i % max(1, top // 15) == 0 else "" for i in range(top + 1)]
+    )
+    ax.set_xticks([])
+    ax.set_ylabel("layer")
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    c = data["circuit"]
+    drawn = (
+        f"{len(edges)} strongest of {len(data['edges'])} edges"
+        if len(data["edges"]) > len(edges)
+        else f"{len(edges)} edges"
+    )
+    ax.set_title(
+        f"{data['model']}, {data['task']}: {c['edges']} of {data['edges_total']} edges keep "
+        f"{c['faithfulness']:.0%} held out ({drawn} drawn)",
+        fontsize=8,
+    )
     return _save(fig, path)
 
 

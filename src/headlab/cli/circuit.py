@@ -105,17 +105,20 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--top", type=integer(1, 10_000), default=15, help="edges listed (15)")
     p.add_argument("--html", type=text("an .html path"), help="write the circuit's page")
+    p.add_argument("--figure", type=text("a PNG path"), help="write the circuit as a PNG graph")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.html is not None:
-        path = Path(args.html)
-        if path.suffix.lower() != ".html":
-            raise InputError(f"--html {args.html}: expected an .html file")
+    for flag, value, suffix in (("--html", args.html, ".html"), ("--figure", args.figure, ".png")):
+        if value is None:
+            continue
+        path = Path(value)
+        if path.suffix.lower() != suffix:
+            raise InputError(f"{flag} {value}: expected a {suffix} file")
         if not path.parent.is_dir():
-            raise InputError(f"--html {args.html}: folder {path.parent} does not exist")
+            raise InputError(f"{flag} {value}: folder {path.parent} does not exist")
     if args.prompts and not args.eval_prompts:
         raise InputError(
             "--prompts finds the circuit; add --eval-prompts FILE.jsonl to measure it on "
@@ -170,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
         from headlab.page.circuit import circuit_html
 
         write_text_atomic(args.html, circuit_html(data))
+    if args.figure:
+        from headlab.causal.figure import write_circuit
+
+        write_circuit(data, args.figure)
     if args.json:
         emit_json(data)
     else:

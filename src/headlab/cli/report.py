@@ -99,20 +99,7 @@ def add_parser(sub: Any) -> None:
         help="held-out text for a causal model's --prune (default: the pruning library's "
         "bundled text, where it has one)",
     )
-    p.add_argument(
-        "--experiment",
-        "--one-vs-many",
-        action="append",
-        type=text("a file"),
-        help="the JSON of headlab experiment one-vs-many --json (repeatable: e.g. the small "
-        "and the large setting)",
-    )
-    p.add_argument("--cost", type=text("a file"), help="the JSON of headlab experiment cost --json")
-    p.add_argument(
-        "--patch",
-        type=text("a file"),
-        help="the JSON of headlab patch --json: which heads carry a behaviour, as a heatmap",
-    )
+    _add_result_files(p)
     p.add_argument(
         "--full",
         action="store_true",
@@ -134,6 +121,29 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+def _add_result_files(p: Any) -> None:
+    """The results a report draws from files instead of measuring them."""
+    p.add_argument(
+        "--experiment",
+        "--one-vs-many",
+        action="append",
+        type=text("a file"),
+        help="the JSON of headlab experiment one-vs-many --json (repeatable: e.g. the small "
+        "and the large setting)",
+    )
+    p.add_argument("--cost", type=text("a file"), help="the JSON of headlab experiment cost --json")
+    p.add_argument(
+        "--patch",
+        type=text("a file"),
+        help="the JSON of headlab patch --json: which heads carry a behaviour, as a heatmap",
+    )
+    p.add_argument(
+        "--circuit",
+        type=text("a file"),
+        help="the JSON of headlab circuit --json: the circuit drawn as a graph",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
     from headlab.outputs import check_output, write_text_atomic
@@ -149,7 +159,11 @@ def run(args: argparse.Namespace) -> int:
     from headlab.roles.workflow import read_gold
 
     inputs = read_inputs(
-        pruning=args.pruning, experiments=args.experiment, cost=args.cost, patch=args.patch
+        pruning=args.pruning,
+        experiments=args.experiment,
+        cost=args.cost,
+        patch=args.patch,
+        circuit=args.circuit,
     )
     args.out = args.out or default_folder(args.model)
     if args.text is not None and not args.prune:

@@ -42,6 +42,7 @@ from headlab.causal.circuit import (
     faithfulness_curve,
 )
 from headlab.causal.dla import direct_logit_attribution
+from headlab.causal.figure import CLASS_COLOURS
 from headlab.causal.graph import build_graph
 from headlab.causal.paths import Receiver, path_patching
 from headlab.causal.tasks import Task
@@ -174,6 +175,7 @@ class CircuitResult:
             "edges": edges,
             "classes": self.classes(),
             "class_rules": CLASS_RULES if self.ioi_shaped else {},
+            "class_colours": CLASS_COLOURS,
             "heads": [
                 {"layer": layer, "head": head, **info}
                 for (layer, head), info in sorted(self.heads.items())

@@ -45,6 +45,7 @@ def write_report(
     experiments: Sequence[dict[str, Any]] = (),
     cost: dict[str, Any] | None = None,
     patching: dict[str, Any] | None = None,
+    circuit: dict[str, Any] | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> Path:
@@ -75,7 +76,7 @@ def write_report(
     )
     showcase = _showcase(roles)
     # the role grid, heatmaps, pruning and cost figures, index.html
-    n_files = 2 + len(showcase) + bool(pruning) + bool(cost) + bool(patching)
+    n_files = 2 + len(showcase) + bool(pruning) + bool(cost) + bool(patching) + bool(circuit)
     with (
         atomic_folder(out, overwrite=overwrite, kind=KIND, replace_kind=True) as tmp,
         stage(progress, "figures and page", n_files, "files") as report,
@@ -122,6 +123,9 @@ def write_report(
         if patching:
             made.append(_patching_figure(patching, fig_dir / "patching.png"))
             report.advance()
+        if circuit:
+            made.append(_circuit_figure(circuit, fig_dir / "circuit.png"))
+            report.advance()
         rel = [(f"figures/{path.name}", caption) for path, caption in made]
         (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
         report.advance()
@@ -159,6 +163,24 @@ def _showcase(roles: RoleReport) -> list[tuple[int, int, str]]:
         if h.role not in best or h.margin > best[h.role][0]:
             best[h.role] = (h.margin, h.layer, h.head, label)
     return [(layer, head, label) for _, layer, head, label in best.values()]
+
+
+def _circuit_figure(circuit: dict[str, Any], path: Path) -> tuple[Path, str]:
+    """The graph of a ``headlab circuit --json`` result and its caption."""
+    from headlab.causal.figure import write_circuit
+
+    c = circuit["circuit"]
+    named = ", ".join(
+        f"{name} {' '.join(f'{la}.{h}' for la, h in heads)}"
+        for name, heads in circuit["classes"].items()
+        if name != "unexplained"
+    )
+    caption = (
+        f"The circuit of {circuit['task']} in {circuit['model']}: {c['edges']} of "
+        f"{circuit['edges_total']} edges keep {c['faithfulness']:.0%} of the logit difference "
+        f"on held-out prompts (headlab circuit); heads by class: {named or 'none named'}"
+    )
+    return write_circuit(circuit, path), caption
 
 
 def _patching_figure(patching: dict[str, Any], path: Path) -> tuple[Path, str]:

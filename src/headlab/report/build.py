@@ -35,12 +35,26 @@ TREEBANK_SENTENCES = 4
 class ReportInputs:
     """Results given as files instead of measured (each read and checked by
     :func:`read_inputs`): a pruning curve, one-vs-many experiments, the cost of heads, a
-    patching result."""
+    patching result, a circuit."""
 
     pruning: dict[str, Any] | None = None
     experiments: list[dict[str, Any]] = field(default_factory=list)
     cost: dict[str, Any] | None = None
     patching: dict[str, Any] | None = None
+    circuit: dict[str, Any] | None = None
+
+
+#: what the report draws of ``headlab circuit --json``
+CIRCUIT_KEYS = (
+    "model",
+    "task",
+    "edges_total",
+    "circuit",
+    "nodes",
+    "edges",
+    "classes",
+    "group_size",
+)
 
 
 def _no_constant(name: str) -> Any:
@@ -66,6 +80,7 @@ def read_inputs(
     experiments: list[str] | None = None,
     cost: str | None = None,
     patch: str | None = None,
+    circuit: str | None = None,
 ) -> ReportInputs:
     """The files given to ``headlab report``, read and checked whole before any measurement.
 
@@ -89,7 +104,21 @@ def read_inputs(
         PatchingResult.from_json(patching, patch or "")
     if read_cost is not None and not isinstance(read_cost.get("rows"), list):
         raise InputError(f"{cost}: expected the JSON of headlab experiment cost --json")
-    return ReportInputs(pruning=read_pruning, experiments=runs, cost=read_cost, patching=patching)
+    read_circuit = read_json(circuit, "circuit result") if circuit else None
+    if read_circuit is not None:
+        missing = [k for k in CIRCUIT_KEYS if k not in read_circuit]
+        if read_circuit.get("schema") != "headlab.circuit/1" or missing:
+            raise InputError(
+                f"{circuit}: expected the JSON of headlab circuit --json (schema "
+                f"headlab.circuit/1{', missing ' + ', '.join(missing) if missing else ''})"
+            )
+    return ReportInputs(
+        pruning=read_pruning,
+        experiments=runs,
+        cost=read_cost,
+        patching=patching,
+        circuit=read_circuit,
+    )
 
 
 def default_folder(model: str | None) -> str:
@@ -238,6 +267,7 @@ def build_report(
         experiments=experiments[1:],
         cost=cost,
         patching=inputs.patching,
+        circuit=inputs.circuit,
         overwrite=overwrite,
         progress=progress,
     )

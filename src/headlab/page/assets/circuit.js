@@ -1,11 +1,7 @@
 // The circuit's page: headlab circuit's JSON (headlab.circuit/1) drawn as a graph, layers
 // bottom to top, each head a node coloured by its class, each edge as wide as its |score|.
 const data = JSON.parse(document.getElementById("data").textContent);
-const CLASS_COLOURS = {
-  "name mover": "#d62728", "negative name mover": "#9467bd", "s-inhibition": "#ff7f0e",
-  "induction": "#2ca02c", "duplicate token": "#17becf", "previous token": "#8c564b",
-  "unexplained": "#9e9e9e",
-};
+const CLASS_COLOURS = data.class_colours;  // one palette, shared with the PNG figure
 const MLP_COLOUR = "#bdbdbd", END_COLOUR = "#333";
 
 function nodeColour(n) {

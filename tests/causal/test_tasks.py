@@ -202,6 +202,13 @@ def check_generators(tokenizer: Any, n: int) -> dict[str, dict[str, list[Prompt]
     ioi, ind = out["ioi"], out["induction"]
     assert names_of(ioi["discovery"]) <= set(NAMES[0::2])
     assert names_of(ioi["held-out"]) <= set(NAMES[1::2])
+    # and its own templates, places and objects: sentences discovery never saw
+    frames = {
+        part: {(p.clean.split(",")[0].split()[0], *p.clean.split()[-3:-1]) for p in ioi[part]}
+        for part in gen.PARTS
+    }
+    assert not frames["discovery"] & frames["held-out"]
+    assert not words_of(ioi["held-out"]) & {"store", "park", "drink", "book"}
     assert not words_of(ind["discovery"]) & words_of(ind["held-out"])
     for part in gen.PARTS:  # IOI: half ABBA, half BABA; the corrupt names are three others
         assert [p.meta["order"] for p in ioi[part][:4]] == ["ABBA", "BABA", "ABBA", "BABA"]

@@ -21,7 +21,15 @@ from collections.abc import Callable
 from typing import Any
 
 from headlab.causal.tasks import Prompt, prefix_ids
-from headlab.datasets.ioi import NAMES, PLACES, TEMPLATES, THINGS
+from headlab.datasets.ioi import (
+    HELD_OUT_PLACES,
+    HELD_OUT_TEMPLATES,
+    HELD_OUT_THINGS,
+    NAMES,
+    PLACES,
+    TEMPLATES,
+    THINGS,
+)
 from headlab.errors import InputError
 
 PARTS = ("discovery", "held-out")
@@ -106,7 +114,8 @@ def ioi(tokenizer: Any, n: int, *, seed: int = 0, part: str = "discovery") -> li
 
     The names are :data:`~headlab.pruning.tasks.NAMES` at even positions (discovery) or odd
     ones (held-out) that the tokenizer keeps whole after a space; clean and corrupt of a prompt
-    use names of its part only.
+    use names of its part only. The held-out part has its own templates, places and objects
+    too (:data:`~headlab.datasets.ioi.HELD_OUT_TEMPLATES`): sentences discovery never saw.
 
     Raises:
         InputError: fewer than 5 such names in the part (IO, S and three for ABC).
@@ -119,15 +128,21 @@ def ioi(tokenizer: Any, n: int, *, seed: int = 0, part: str = "discovery") -> li
             f"the corrupt prompt), {part} has {len(names)} of {len(NAMES[offset::2])}"
         )
 
+    templates, places, things = (
+        (TEMPLATES, PLACES, THINGS)
+        if offset == 0
+        else (HELD_OUT_TEMPLATES, HELD_OUT_PLACES, HELD_OUT_THINGS)
+    )
+
     def make(rng: random.Random, i: int) -> Prompt:
         io, s, *others = rng.sample(names, 5)
         order = "ABBA" if i % 2 == 0 else "BABA"
         a, b = (io, s) if order == "ABBA" else (s, io)
-        template = i % len(TEMPLATES)
-        place, thing = rng.choice(PLACES), rng.choice(THINGS)
+        template = i % len(templates)
+        place, thing = rng.choice(places), rng.choice(things)
 
         def text(a: str, b: str, s: str) -> str:
-            return TEMPLATES[template].format(a=a, b=b, s=s, place=place, thing=thing)
+            return templates[template].format(a=a, b=b, s=s, place=place, thing=thing)
 
         return Prompt(
             clean=text(a, b, s),

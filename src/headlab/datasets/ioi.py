@@ -25,6 +25,15 @@ TEMPLATES = (
 )
 PLACES = ("store", "park", "school", "hospital", "office", "station")
 THINGS = ("drink", "book", "ring", "letter", "bag", "gift")
+#: templates, places and objects only held-out prompts use (a circuit found on the ones above
+#: is measured on sentences it never saw: headlab.causal.generators' held-out part)
+HELD_OUT_TEMPLATES = (
+    "As {a} and {b} walked to the {place}, {s} handed a {thing} to",
+    "Once {a} and {b} had reached the {place}, {s} passed a {thing} to",
+    "Later, {a} and {b} stayed at the {place}, and {s} offered a {thing} to",
+)
+HELD_OUT_PLACES = ("library", "market", "garden", "museum")
+HELD_OUT_THINGS = ("pen", "card", "cake", "hat")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -196,9 +196,7 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
 
 
 #: functions still over the limit, at their present length: each may shrink, none may grow
-LONG_FUNCTIONS = {
-    "headlab/attention/blocks/stream.py:attention_blocks": 143,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 MAX_FUNCTION_LINES = 120
 
 

@@ -118,32 +118,9 @@ def attention_blocks(
     if lengths is not None:
         mask = None  # the lengths (and the causal triangle) say everything it says
     fused = query.device.type == "cpu" and native.kernels() is not None
-    # without a bias or a mask beyond right padding and the causal triangle, in float32, the
-    # native kernel computes each row's scores and softmax in one pass (with AVX-512), and the
-    # weighted sums of a few columns while the row is in the cache
-    one_pass = (
-        fused
-        and native.fused_scores()
-        and dtype == torch.float32
-        and bias is None
-        and mask is None
-        and softcap is None
-    )
-    # up to KERNEL_COLUMNS columns are summed in that pass; otherwise a few float32 columns ride
-    # along in the values' product, and many columns (copied once per key/value head there) and
-    # lower precisions (the sums stay float32) get a product of their own, over all heads' rows
-    columns_in_kernel = one_pass and columns is not None and columns.shape[-1] <= KERNEL_COLUMNS
-    mix_in_product = (
-        columns is not None
-        and not columns_in_kernel
-        and value.dtype == torch.float32
-        and columns.shape[-1] <= d
-    )
-    if columns is not None and mix_in_product:
-        extra = columns[:, None].expand(n_batch, n_kv, n_keys, columns.shape[-1])
-        values = torch.cat([value, extra.to(value.dtype)], dim=-1)  # (B, Hkv, S, D + X)
-    else:
-        values = value.contiguous()  # (B, Hkv, S, D)
+    one_pass = fused and native.fused_scores() and dtype == torch.float32
+    one_pass = one_pass and bias is None and mask is None and softcap is None
+    columns_in_kernel, mix_in_product, values = _column_plan(value, columns, one_pass)
     out = query.new_empty(n_batch, n_queries, n_heads, d, dtype=value.dtype)
     rows = block_rows(n_batch, n_heads, n_keys, block_elements)
     columns_t = kernel_mixed = None
@@ -160,27 +137,15 @@ def attention_blocks(
         t = stop - start
         seen = causal_keys(stop, n_queries, n_keys) if causal else n_keys  # keys it can see
         if seen == 0:  # no row of this block sees a key: zeros (the convention)
-            weights = query.new_zeros(n_batch, n_heads, t, 0, dtype=torch.float32)
-            top = query.new_zeros(n_batch, n_heads, t, dtype=torch.float32)
-            entropy = torch.zeros_like(top)
-            mixed = None if columns is None else top.new_zeros(*top.shape, columns.shape[-1])
-            on_block(start, weights, entropy, top, mixed)
+            _empty_block(query, columns, start, t, on_block)
             out[:, start:stop] = 0
             continue
         if one_pass:  # scores, masks and softmax row by row (headlab.native)
-            weights = workspace.get("scores", (n_batch, n_heads, t, seen), query, torch.float32)
-            top = query.new_empty(n_batch, n_heads, t, dtype=torch.float32)
-            entropy = torch.empty_like(top)
-            if columns_t is not None:
-                kernel_mixed = top.new_empty(n_batch, n_heads, t, columns_t.shape[1])
-            native.attend_rows(
-                q_rows, keys_t, start, t, seen, scale=scaling, lengths=key_counts, causal=causal,
-                weights=weights, top=top, entropy=entropy, columns_t=columns_t,
-                mixed=kernel_mixed,
+            weights, top, entropy, kernel_mixed = _native_block(
+                q_rows, keys_t, start, stop, seen, n_queries, n_keys, scaling=scaling,
+                lengths=lengths, key_counts=key_counts, causal=causal, columns_t=columns_t,
+                workspace=workspace,
             )  # fmt: skip
-            # the kernel gives a row with no key uniform weights; the convention is zeros
-            empty = _empty_by_rule(lengths, causal, start, stop, n_queries, n_keys, query.device)
-            _zero_rows(empty, (weights, kernel_mixed), (top, entropy))
         else:
             weights, top, entropy = _block_weights(
                 query, k_t, start, stop, seen, scaling=scaling, dtype=dtype, group=group,
@@ -201,6 +166,82 @@ def attention_blocks(
         on_block(start, weights, entropy, top, mixed)
         out[:, start:stop] = product[..., :d].transpose(1, 2)
     return out
+
+
+def _column_plan(
+    value: torch.Tensor, columns: torch.Tensor | None, one_pass: bool
+) -> tuple[bool, bool, torch.Tensor]:
+    """Where per-key columns are summed, and the values the weights multiply.
+
+    Without a bias or a mask beyond right padding and the causal triangle, in float32, the
+    native kernel computes each row's scores and softmax in one pass (``one_pass``, with
+    AVX-512), and the weighted sums of up to :data:`KERNEL_COLUMNS` columns while the row is in
+    the cache. Otherwise a few float32 columns ride along in the values' product, and many
+    columns (copied once per key/value head there) and lower precisions (the sums stay float32)
+    get a product of their own, over all heads' rows.
+
+    Returns:
+        ``(columns in the kernel, columns in the values' product, values (B, Hkv, S, D [+ X]))``
+    """
+    n_batch, n_kv, n_keys, d = value.shape
+    in_kernel = one_pass and columns is not None and columns.shape[-1] <= KERNEL_COLUMNS
+    in_product = (
+        columns is not None
+        and not in_kernel
+        and value.dtype == torch.float32
+        and columns.shape[-1] <= d
+    )
+    if columns is not None and in_product:
+        extra = columns[:, None].expand(n_batch, n_kv, n_keys, columns.shape[-1])
+        return in_kernel, in_product, torch.cat([value, extra.to(value.dtype)], dim=-1)
+    return in_kernel, in_product, value.contiguous()
+
+
+def _empty_block(
+    query: torch.Tensor, columns: torch.Tensor | None, start: int, t: int, on_block: Any
+) -> None:
+    """A block of ``t`` rows that see no key: zero weights, statistics and column sums."""
+    n_batch, n_heads = query.shape[0], query.shape[1]
+    weights = query.new_zeros(n_batch, n_heads, t, 0, dtype=torch.float32)
+    top = query.new_zeros(n_batch, n_heads, t, dtype=torch.float32)
+    entropy = torch.zeros_like(top)
+    mixed = None if columns is None else top.new_zeros(*top.shape, columns.shape[-1])
+    on_block(start, weights, entropy, top, mixed)
+
+
+def _native_block(
+    q_rows: torch.Tensor,
+    keys_t: torch.Tensor,
+    start: int,
+    stop: int,
+    seen: int,
+    n_queries: int,
+    n_keys: int,
+    *,
+    scaling: float,
+    lengths: list[int] | None,
+    key_counts: torch.Tensor | None,
+    causal: bool,
+    columns_t: torch.Tensor | None,
+    workspace: Workspace,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One block's weights ``(B, H, t, seen)``, largest weights, entropies and column sums
+    from :mod:`headlab.native`'s one pass per row; rows that see no key get zeros."""
+    n_batch, n_heads, t = q_rows.shape[0], q_rows.shape[1], stop - start
+    weights = workspace.get("scores", (n_batch, n_heads, t, seen), q_rows, torch.float32)
+    top = q_rows.new_empty(n_batch, n_heads, t, dtype=torch.float32)
+    entropy = torch.empty_like(top)
+    mixed = None
+    if columns_t is not None:
+        mixed = top.new_empty(n_batch, n_heads, t, columns_t.shape[1])
+    native.attend_rows(
+        q_rows, keys_t, start, t, seen, scale=scaling, lengths=key_counts, causal=causal,
+        weights=weights, top=top, entropy=entropy, columns_t=columns_t, mixed=mixed,
+    )  # fmt: skip
+    # the kernel gives a row with no key uniform weights; the convention is zeros
+    empty = _empty_by_rule(lengths, causal, start, stop, n_queries, n_keys, q_rows.device)
+    _zero_rows(empty, (weights, mixed), (top, entropy))
+    return weights, top, entropy, mixed
 
 
 def _block_weights(

@@ -40,6 +40,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     argv = ["-q", "circuit", "--model", str(folder), "--prompts", str(found)]
     argv += ["--eval-prompts", str(held), "--json", "--html", str(page), "--method", "eap"]
     argv += ["--figure", str(tmp / "circuit.png")]
+    roles = tmp / "roles.json"  # headlab roles' verdicts, evidence beside the prompts' attention
+    heads = [{"layer": 0, "head": h, "role": r} for h, r in ((1, "induction"), (2, "unclassified"))]
+    roles.write_text(json.dumps({"schema": "headlab.roles/1", "model": "llama", "heads": heads}))
+    argv += ["--roles", str(roles)]
     import contextlib
     import io
 
@@ -77,6 +81,17 @@ def test_the_json_has_the_curve_the_circuit_and_its_classes(run) -> None:
     for h in data["heads"]:  # the evidence behind each class, measured on these IOI prompts
         assert {"dla", "copying", "end_to_io", "end_to_s", "s2_to_s1", "previous"} <= set(h)
     assert data["class_rules"]["name mover"].startswith("direct logit attribution > 0")
+    assert data["roles_from"].endswith("roles.json")
+    by_head = {(h["layer"], h["head"]): h for h in data["heads"]}
+    if (0, 1) in by_head:  # roles names it an induction head: that class, unless an IOI one
+        assert by_head[(0, 1)]["role"] == "induction"
+        assert by_head[(0, 1)]["class"] in (
+            "name mover",
+            "negative name mover",
+            "s-inhibition",
+            "induction",
+        )
+    assert all(h["role"] in (None, "induction") for h in data["heads"])
 
 
 def test_the_page_draws_the_circuit_offline(run, browser) -> None:
@@ -123,6 +138,11 @@ def test_bad_input_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
     broken = _jsonl(tmp_path / "bad.jsonl", ["{not json"])
     line = _fails([*base, "--prompts", str(found), "--eval-prompts", str(broken)], capsys)
     assert "bad.jsonl" in line
+    not_roles = tmp_path / "not-roles.json"
+    not_roles.write_text(json.dumps({"model": "m", "edges": []}))
+    args = [*base, "--prompts", str(found), "--eval-prompts", str(found), "--roles"]
+    line = _fails([*args, str(not_roles)], capsys)
+    assert "not-roles.json" in line and "headlab roles --json" in line
     for flag, value in (("--target", "1.5"), ("--sizes", "ten")):
         assert main(["circuit", flag, value]) == 2  # argparse's usage error
         assert f"argument {flag}: expected" in capsys.readouterr().err
@@ -155,6 +175,13 @@ def test_each_class_follows_its_stated_rule() -> None:
         h: info["class"]
         for (_, h), info in _classify(heads, dla, copying, attention, paths).items()
     }
+    # headlab roles' verdict is evidence too: 7 becomes a previous-token head; 2 stays an
+    # S-inhibition head, the IOI rules being checked first
+    roles = {(0, 7): "previous-token", (0, 2): "induction"}
+    with_roles = _classify(heads, dla, copying, attention, paths, roles)
+    assert with_roles[(0, 7)]["class"] == "previous token"
+    assert with_roles[(0, 7)]["role"] == "previous-token"
+    assert with_roles[(0, 2)]["class"] == "s-inhibition"
     assert got == {
         0: "name mover",
         1: "negative name mover",

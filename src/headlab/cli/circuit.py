@@ -103,6 +103,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--no-classes", action="store_true", help="skip naming the heads (DLA, paths, attention)"
     )
+    p.add_argument(
+        "--roles",
+        type=text("a file"),
+        metavar="ROLES.json",
+        help="headlab roles --json of the model: its induction, duplicate-token and "
+        "previous-token heads are evidence for those classes (default: the model's cached run, "
+        "where headlab roles or report kept one)",
+    )
     p.add_argument("--top", type=integer(1, 10_000), default=15, help="edges listed (15)")
     p.add_argument("--html", type=text("an .html path"), help="write the circuit's page")
     p.add_argument("--figure", type=text("a PNG path"), help="write the circuit as a PNG graph")
@@ -126,6 +134,10 @@ def _check(args: argparse.Namespace) -> None:
         )
     from headlab.causal.tasks import read_prompts
 
+    if args.roles:
+        from headlab.roles.results import read_roles_json
+
+        read_roles_json(args.roles)
     for flag in ("prompts", "eval_prompts"):
         if getattr(args, flag):
             read_prompts(getattr(args, flag))  # a malformed file costs no model load
@@ -154,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
             name, lm.tokenizer, args.eval_n or args.n, seed=args.seed, part="held-out"
         )
         held = encode_task(lm.tokenizer, drawn, name=f"{name} held-out")
+    roles, roles_from = _roles(args, lm.name)
     with progress_for(args, "headlab circuit") as progress:
         result = find_circuit(
             lm,
@@ -165,9 +178,10 @@ def run(args: argparse.Namespace) -> int:
             sizes=args.sizes,
             target=args.target,
             classes=not args.no_classes,
+            roles=roles,
             progress=progress,
         )
-    data = result.to_json()
+    data = {**result.to_json(), "roles_from": roles_from}
     if args.html:
         from headlab.outputs import write_text_atomic
         from headlab.page.circuit import circuit_html
@@ -182,6 +196,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(data, args.top)
     return 0
+
+
+def _roles(args: argparse.Namespace, model: str) -> tuple[Any, str | None]:
+    """The roles run given, else the model's cached one (``None`` without either)."""
+    from headlab.experiments.circuit import roles_by_head
+    from headlab.roles.results import read_roles_json
+    from headlab.roles.workflow import cached_roles_path
+
+    path = Path(args.roles) if args.roles else cached_roles_path(model)
+    if args.no_classes or not path.is_file():
+        return None, None
+    try:
+        return roles_by_head(read_roles_json(path)), str(path)
+    except InputError:
+        if args.roles:
+            raise
+        return None, None  # a cached run that cannot be read is no evidence
 
 
 def _print(data: dict[str, Any], top: int) -> None:

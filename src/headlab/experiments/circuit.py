@@ -86,9 +86,11 @@ CLASS_RULES = {
     "s-inhibition": f"path patching into the queries of the {PATH_RECEIVERS} strongest name "
     f"movers: effect >= {PATH_SHARE} of the largest path there",
     "induction": f"at the subject's second occurrence attends to the token after its first "
-    f">= {ATTENDS}",
-    "duplicate token": f"at the subject's second occurrence attends to its first >= {ATTENDS}",
-    "previous token": f"mean attention to the previous token >= {PREVIOUS}",
+    f">= {ATTENDS}, or headlab roles names it an induction head",
+    "duplicate token": f"at the subject's second occurrence attends to its first >= {ATTENDS}, "
+    "or headlab roles names it a duplicate-token head",
+    "previous token": f"mean attention to the previous token >= {PREVIOUS}, or headlab roles "
+    "names it a previous-token head",
     "unexplained": "in the circuit; none of the measurements above",
 }
 
@@ -295,6 +297,7 @@ def _classify(
     copying: torch.Tensor,
     attention: dict[str, torch.Tensor],
     paths: torch.Tensor | None,
+    roles: dict[tuple[int, int], str] | None = None,
 ) -> dict[tuple[int, int], dict[str, Any]]:
     largest = float(dla.nan_to_num(0.0).abs().max())
     best_path = 0.0 if paths is None else float(paths.nan_to_num(0.0).max())
@@ -312,6 +315,7 @@ def _classify(
             **{k: at(v) for k, v in attention.items()},
             "path_to_name_movers": at(paths),
         }
+        role = None if roles is None else roles.get((layer, head))
         d, cp = e["dla"] or 0.0, e["copying"]
         looks_at_io = (e["end_to_io"] or 0.0) >= ATTENDS and (e["end_to_io"] or 0.0) > (
             e["end_to_s"] or 0.0
@@ -327,16 +331,26 @@ def _classify(
             and (e["path_to_name_movers"] >= PATH_SHARE * best_path)
         ):
             kind = "s-inhibition"
-        elif (e["s2_to_after_s1"] or 0.0) >= ATTENDS:
+        elif (e["s2_to_after_s1"] or 0.0) >= ATTENDS or role == "induction":
             kind = "induction"
-        elif (e["s2_to_s1"] or 0.0) >= ATTENDS:
+        elif (e["s2_to_s1"] or 0.0) >= ATTENDS or role == "duplicate-token":
             kind = "duplicate token"
-        elif (e["previous"] or 0.0) >= PREVIOUS:
+        elif (e["previous"] or 0.0) >= PREVIOUS or role == "previous-token":
             kind = "previous token"
         else:
             kind = "unexplained"
-        out[(layer, head)] = {"class": kind, **e}
+        out[(layer, head)] = {"class": kind, **e, "role": role}
     return out
+
+
+def roles_by_head(data: dict[str, Any]) -> dict[tuple[int, int], str]:
+    """``{(layer, head): role}`` of a ``headlab roles --json`` run, its unclassified heads
+    left out."""
+    return {
+        (int(h["layer"]), int(h["head"])): str(h["role"])
+        for h in data["heads"]
+        if h.get("role") not in (None, "unclassified")
+    }
 
 
 def circuit_heads(result_scores: EdgeScores, circuit: torch.Tensor) -> list[tuple[int, int]]:
@@ -356,10 +370,13 @@ def head_classes(
     task: Task,
     heads: list[tuple[int, int]],
     *,
+    roles: dict[tuple[int, int], str] | None = None,
     progress: Progress | None = None,
 ) -> tuple[dict[tuple[int, int], dict[str, Any]], bool]:
     """Each of ``heads``' class and evidence on ``task``, and whether the prompts are
-    IOI-shaped (else every head is ``unexplained`` with what was measured)."""
+    IOI-shaped (else every head is ``unexplained`` with what was measured). ``roles``: each
+    head's role by ``headlab roles`` (:func:`roles_by_head`), evidence for the induction,
+    duplicate-token and previous-token classes beside the attention on these prompts."""
     dla = direct_logit_attribution(lm, task, progress=progress).dla
     attention = _attention_evidence(lm, task)
     if attention is None:
@@ -373,7 +390,7 @@ def head_classes(
         and float(attention["end_to_io"][layer, head]) >= ATTENDS
     ]
     copying = _name_copying(lm, task, candidates)
-    first = _classify(heads, dla, copying, attention, None)
+    first = _classify(heads, dla, copying, attention, None, roles)
     movers = sorted(
         (h for h, info in first.items() if info["class"] == "name mover"),
         key=lambda h: -float(dla[h]),
@@ -390,7 +407,7 @@ def head_classes(
         paths = effects if paths is None else torch.maximum(paths, effects)
     if paths is not None:
         paths = paths.masked_fill(torch.isinf(paths), float("nan"))
-    return _classify(heads, dla, copying, attention, paths), True
+    return _classify(heads, dla, copying, attention, paths, roles), True
 
 
 def find_circuit(
@@ -404,6 +421,7 @@ def find_circuit(
     sizes: list[int] | None = None,
     target: float = 0.8,
     classes: bool = True,
+    roles: dict[tuple[int, int], str] | None = None,
     progress: Progress | None = None,
 ) -> CircuitResult:
     """Score every edge on ``task``, measure circuits of growing size on ``eval_task``, keep
@@ -426,7 +444,7 @@ def find_circuit(
     )
     heads = circuit_heads(scores, curve.circuits[chosen])
     info, shaped = (
-        head_classes(lm, task, heads, progress=progress)
+        head_classes(lm, task, heads, roles=roles, progress=progress)
         if classes
         else ({h: {"class": "unexplained"} for h in heads}, False)
     )

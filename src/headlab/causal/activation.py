@@ -41,6 +41,7 @@ from headlab.models.patching import (
     Residuals,
     Swap,
     block_mlp,
+    can_start_later,
     kv_columns,
     starting_at,
 )
@@ -250,8 +251,6 @@ def _prefix_cache(lm: LoadedModel, batch: Batch) -> list[tuple[torch.Tensor, tor
     token, or ``None`` where the model cannot start later or keeps no plain per-layer cache
     (then the patched passes run every position)."""
     from transformers import DynamicCache
-
-    from headlab.models.patching import can_start_later
 
     name = _cache_argument(lm)
     if name is None or batch.clean.shape[1] < 2 or not can_start_later(lm):

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from headlab.errors import InputError
+from headlab.outputs import write_text_atomic
 
 FIELDS = ("clean", "corrupt", "answer", "distractor")
 
@@ -152,7 +153,6 @@ def read_prompts(path: str | Path) -> list[Prompt]:
 
 def write_prompts(prompts: Iterable[Prompt], path: str | Path) -> None:
     """``prompts`` as JSON Lines at ``path``, written atomically."""
-    from headlab.outputs import write_text_atomic
 
     write_text_atomic(path, "".join(json.dumps(p.to_json()) + "\n" for p in prompts))
 

@@ -19,11 +19,13 @@ from typing import Any
 
 import torch
 
+from headlab.datasets import read_treebank, sample_path
 from headlab.errors import InputError
+from headlab.models.analysis import mean_head_outputs
 from headlab.models.capture import HeadCapture
 from headlab.models.embeddings import ablated, embed
 from headlab.models.loading import LoadedModel
-from headlab.models.runner import encode
+from headlab.models.runner import encode, last_logits
 
 Ablated = Mapping[int, Sequence[int]]
 
@@ -94,7 +96,6 @@ def next_tokens(
     Raises:
         InputError: the model is not causal, or was loaded without its language-model head.
     """
-    from headlab.models.runner import last_logits
 
     if not lm.causal:
         raise InputError(f"{lm.name} is an encoder: it predicts no next token")
@@ -166,8 +167,6 @@ MEAN_SENTENCES = 100
 def reference_means(lm: LoadedModel, n: int = MEAN_SENTENCES) -> dict[int, torch.Tensor]:
     """Every head's mean output ``{layer: (H, D)}`` over the first ``n`` sentences of the
     bundled UD English EWT sample: what mean ablation puts in a switched-off head's place."""
-    from headlab.datasets import read_treebank, sample_path
-    from headlab.models.analysis import mean_head_outputs
 
     sentences = read_treebank(sample_path("treebank"), limit=n).sentences
     return mean_head_outputs(lm, [" ".join(s.words) for s in sentences])
@@ -204,8 +203,6 @@ def resample_source(
         InputError: no sentence in the sample is that long.
     """
     import random
-
-    from headlab.datasets import read_treebank, sample_path
 
     texts = [" ".join(s.words) for s in read_treebank(sample_path("treebank"), limit=n).sentences]
     limit = lm.max_positions or 10**9

@@ -21,10 +21,12 @@ from typing import Any
 import torch
 
 from headlab.errors import InputError
+from headlab.explore.shelf import notebook_shelf
 from headlab.explore.table import default_word, head_rows
 from headlab.models.analysis import WordAttention, word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import encode
+from headlab.page.explorer import notebook_html
 
 #: the page and the notebook view draw at most this many words, and tokens, of a sentence
 MAX_VIEW_WORDS = 80
@@ -167,7 +169,6 @@ class SentenceHeads:
 
     def _repr_html_(self) -> str:
         """The grid and the pattern view as one self-contained block (Jupyter shows it)."""
-        from headlab.page.explorer import notebook_html
 
         return notebook_html(self.to_json())
 
@@ -228,8 +229,6 @@ def capture(
     if isinstance(model, LoadedModel):
         lm = model
     else:
-        from headlab.explore.shelf import notebook_shelf
-
         shelf = notebook_shelf()
         lm = shelf.get(None if model is None else shelf.add(model))
     return capture_sentence(lm, text, word=word)

@@ -10,6 +10,7 @@ import torch
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import Batch, encode, run_corpus
+from headlab.models.seq2seq import seq2seq_inputs
 from headlab.models.words import Alignment, align, word_pattern
 
 
@@ -152,7 +153,6 @@ def seq2seq_attention(
     row is the position where the decoder reads it, as for any word (translation-alignment
     studies often read the row before it, which predicts the word). Whisper hears ``sound``
     (:class:`~headlab.models.audio.Sound`): its source words are moments of time."""
-    from headlab.models.seq2seq import seq2seq_inputs
 
     inputs, source_words, target_words = seq2seq_inputs(lm, source, target, sound=sound)
     with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from headlab.errors import InputError
+from headlab.errors import InputError, UnsupportedModelError
 
 ATTN_IMPLEMENTATION = "headlab_sdpa"
 #: the same, for models transformers runs only eagerly (``_supports_sdpa = False``: Gemma 2's
@@ -47,8 +47,6 @@ def _eager_of(module: nn.Module) -> Callable[..., Any]:
 
     found = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if found is None:
-        from headlab.errors import UnsupportedModelError
-
         raise UnsupportedModelError(
             f"{type(module).__name__} runs eager attention only and its module has no "
             "eager_attention_forward for headlab to call"

@@ -28,7 +28,7 @@ from headlab.models.adapters import Adapter, LayerHandles, adapter_for
 from headlab.models.dispatch import Placement, empty_model, main_device, resolve
 from headlab.models.folder import check_folder, check_loading_info, locate
 from headlab.models.interface import implementation_for, register
-from headlab.models.pruned import PRUNED_KEY
+from headlab.models.pruned import PRUNED_KEY, load_pruned_weights
 
 logger = logging.getLogger(__name__)
 
@@ -434,7 +434,6 @@ def load(
     try:
         if pruned and not pruned.get("native"):
             # a config the family cannot express: build the full shapes, shrink, then load
-            from headlab.models.pruned import load_pruned_weights
 
             config = tower_config or AutoConfig.from_pretrained(str(folder), **common)
             model = auto.from_config(config, dtype=dtype, attn_implementation=attn)

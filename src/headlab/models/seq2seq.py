@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
-from headlab.errors import InputError, UnsupportedModelError
+from headlab.errors import InputError, TooLongError, UnsupportedModelError
+from headlab.models.audio import features as heard_features
+from headlab.models.audio import time_alignment
 from headlab.models.loading import LoadedModel, wrap
 from headlab.models.runner import encode
 from headlab.models.words import Alignment, align
@@ -73,8 +75,6 @@ def target_alignment(lm: LoadedModel, target: str) -> tuple[Alignment, torch.Ten
     ids = lm.tokenizer(text_target=words.text, truncation=False)["input_ids"]
     limit = lm.max_positions
     if limit is not None and len(ids) + 1 > limit:
-        from headlab.errors import TooLongError
-
         what = "transcript" if reads_audio(lm) else "target"
         raise TooLongError(
             f"the {what} is {len(ids) + 1} tokens long with the start token; {lm.name} takes "
@@ -100,9 +100,6 @@ def seq2seq_inputs(
     nothing to show."""
     target_words, decoder_ids = target_alignment(lm, target)
     if reads_audio(lm) and sound is not None:
-        from headlab.models.audio import features as heard_features
-        from headlab.models.audio import time_alignment
-
         heard, real, seconds = heard_features(lm.path, sound, lm.device)
         heard = heard.to(lm.dtype)  # the model's precision (float16, bfloat16...)
         positions = heard.shape[-1] // 2  # the encoder's convolutions halve the frames

@@ -37,6 +37,7 @@ import torch
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.pruning.metrics import FidelityMetric, Metric, PerplexityMetric, gate_hooks
+from headlab.pruning.progressive import units_of as units
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +222,6 @@ def training_only(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> I
 
 def units_of(lm: LoadedModel) -> list[tuple[int, list[int]]]:
     """Gate units: single heads under MHA, whole KV groups (with their query heads) under GQA."""
-    from headlab.pruning.progressive import units_of as units
 
     return units(lm)
 

@@ -18,14 +18,18 @@ from typing import Any
 import torch
 
 from headlab.errors import InputError
+from headlab.layout.attention import MAX_POSITIONS
+from headlab.layout.costs import compute_spec
 from headlab.models.loading import LoadedModel, wrap
 from headlab.progress import Prefixed, Progress, stage
 from headlab.pruning.inputs import build_metrics, counts_after, perplexity_halves
 from headlab.pruning.l0 import GateResult, check_batches, train_gates
 from headlab.pruning.metrics import FidelityMetric, Metric, PerplexityMetric, StsbMetric
-from headlab.pruning.progressive import CurvePoint, PruneSearch, Scorer
+from headlab.pruning.physical import prune_model
+from headlab.pruning.progressive import CurvePoint, PruneSearch, Scorer, progressive_prune
 from headlab.pruning.recovery import RecoveryConfig, recover
 from headlab.pruning.results import CURVE_FRACTION, PruneOptions, PruneResult
+from headlab.pruning.tasks import IoiMetric
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +42,6 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "f
 def training_data(lm: LoadedModel, options: PruneOptions, importance: Metric) -> Metric:
     """The unlabeled training text of the L0 gates and of recovery, checked to hold at least one
     batch (a one-line error before any training or search)."""
-    from headlab.pruning.tasks import IoiMetric
 
     if isinstance(importance, PerplexityMetric):
         data: Metric = importance
@@ -103,8 +106,6 @@ def kv_costs(lm: LoadedModel, search: PruneSearch) -> dict[str, Any]:
     ``search``: bytes per token, and bytes of one sequence at the model's context (its
     ``max_position_embeddings``, or 8,192 tokens when it states none; sliding-window layers
     keep only their window), in the model's dtype."""
-    from headlab.layout.attention import MAX_POSITIONS
-    from headlab.layout.costs import compute_spec
 
     dtype = _DTYPE_NAMES.get(next(lm.model.parameters()).dtype, "fp32")
     context = min(lm.max_positions or 8192, MAX_POSITIONS)
@@ -154,7 +155,6 @@ def recover_points(
     """Prune a copy of ``lm`` at the last curve point at or below each share of
     ``options.recover_at``, recover it, and measure it again; ``lm`` is left as it was. One
     stage ``recovery`` of ``progress``, in pruned models."""
-    from headlab.pruning.physical import prune_model
 
     base = search.points[0].metric
     chosen: list[CurvePoint] = []
@@ -207,7 +207,6 @@ def compare_methods(
     head affordable; ``data`` replaces the training text of the gates and of recovery.
     ``progress`` is told of each method's stages, named after the method.
     """
-    from headlab.pruning.progressive import progressive_prune
 
     options.check()
     if evaluation is None or importance is None:

@@ -19,13 +19,14 @@ import torch
 
 from headlab import distributed
 from headlab.datasets.gap import GapData
-from headlab.datasets.treebank import TreebankData, TreebankSentence
+from headlab.datasets.treebank import TreebankData, TreebankSentence, word_frequencies
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress
 from headlab.roles import stats
 from headlab.roles.bootstrap import Sums
 from headlab.roles.checkpoint import Checkpoint, Stage, fingerprint
+from headlab.roles.copying import copying_scores
 from headlab.roles.folds import assign_folds, resampling_unit
 from headlab.roles.options import RoleOptions
 from headlab.roles.passes import Cursor, gap_pass, treebank_pass
@@ -74,7 +75,6 @@ def measure_roles(
     its share of the batches and the sums are added up over the ranks
     (:mod:`headlab.distributed`): every rank returns the same report.
     """
-    from headlab.datasets.treebank import word_frequencies
 
     read_skipped: dict[str, int] = {}
     if isinstance(treebank, TreebankData):
@@ -272,8 +272,6 @@ def _classify(
     gap_sums = None if plan.gap is None else plan.gap.sums
     copying = None
     if lm.causal:  # Olsson et al.'s OV eigenvalue score, from the weights
-        from headlab.roles.copying import copying_scores
-
         copying = copying_scores(lm)
     evidence, scores, syn = score_evidence(
         tb.sums,

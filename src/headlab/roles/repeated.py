@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from headlab.errors import TooLongError
+from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress, stage
 from headlab.roles.bootstrap import Sums
@@ -26,7 +27,6 @@ def induction_pass(
 ) -> None:
     """Add the repeated random sequences' sums (:mod:`~headlab.roles.probes.induction`: the
     induction, previous-token and duplicate-token weights) into ``sums``."""
-    from headlab.models.capture import HeadCapture
 
     cursor = cursor or Cursor()
 

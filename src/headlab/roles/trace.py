@@ -27,11 +27,14 @@ from typing import Any
 
 import torch
 
+from headlab.datasets.samples import sample_path
 from headlab.datasets.treebank import TreebankSentence, read_treebank
 from headlab.errors import DataFormatError, InputError
 from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.words import find_word
+from headlab.roles.measure import measure_roles
+from headlab.roles.options import RoleOptions
 from headlab.roles.results import RelationRow, read_roles_json
 
 HEAD_TO_DEPENDENT = "head_to_dependent"
@@ -41,7 +44,6 @@ def lesson_parse() -> TreebankSentence:
     """The lesson's sentence parsed by hand in Universal Dependencies (the bundled
     ``lesson.conllu``): "who trained in Paris" is a relative clause (``acl:relcl``) on "chef",
     and "prepared" has ``nsubj`` chef, ``obj`` fish, ``advmod`` carefully and ``punct``."""
-    from headlab.datasets.samples import sample_path
 
     return choose_sentence(sample_path("lesson"), None)
 
@@ -271,8 +273,6 @@ def measure_relation_table(lm: LoadedModel, treebank: str | Path) -> list[Relati
     """The relation table of ``lm`` on a CoNLL-U treebank: ``headlab roles`` without the
     bootstrap and the coreference probe (the bundled 500-sentence sample: about 15-25 s for
     MiniLM on a 2-core CPU)."""
-    from headlab.roles.measure import measure_roles
-    from headlab.roles.options import RoleOptions
 
     report = measure_roles(lm, read_treebank(treebank), options=RoleOptions(replicates=0))
     return report.relations

@@ -19,6 +19,7 @@ from torch import nn
 from headlab.attention.surgery import head_rows, linear_columns, linear_rows
 from headlab.errors import PruningError
 from headlab.models.discovery import LayerHandles, is_conv1d
+from headlab.models.transformers_fit import native_config
 
 #: int attributes of an attention module that count its query heads, its KV heads, the KV
 #: groups, or measure its concatenated query/KV width: pruning updates them
@@ -212,7 +213,6 @@ class Adapter:
         """The family's own config keys for a pruned model, when transformers builds exactly
         the pruned shapes from them (checked by building the model on the meta device), else
         None. One head count for every layer."""
-        from headlab.models.transformers_fit import native_config
 
         return native_config(self, config, heads, kv_heads, head_dim)
 

@@ -55,7 +55,10 @@ def _check_in_transformers(
     assert plain.config.num_attention_heads == kept
     with torch.no_grad():
         ref, got = oracle(input_ids=ids).logits, plain(input_ids=ids).logits
-    assert (got - ref).abs().max() < 1e-5
+    # float32 through 30 layers: the pruned matrices are narrower, their sums run in another
+    # order (by CPU: 1e-5 on one machine, 2e-4 on another, for logits of size ~12)
+    scale = float(ref.abs().max())
+    assert (got - ref).abs().max() < 5e-5 * max(scale, 1.0)
     new = plain.generate(ids, max_new_tokens=8, do_sample=False)
     assert torch.equal(new, oracle.generate(ids, max_new_tokens=8, do_sample=False))
     assert new.shape[1] == ids.shape[1] + 8

@@ -60,12 +60,12 @@ def run(args: argparse.Namespace) -> int:
     if args.no_backward:
         given["backward"] = False
     if getattr(args, "model", None):
-        from headlab.cli.spec import resolve_model
         from headlab.layout import layout_from_config
+        from headlab.models.names import config_of
 
         if "width" in given:
             raise InputError("give --model (its width) or --width, not both")
-        label, config = resolve_model(args.model)
+        label, config = config_of(args.model)
         layout = layout_from_config(config)
         given["width"] = layout.d_model
         if layout.d_model != layout.n_heads * layout.head_dim:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -170,6 +168,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.to_json())
     elif args.csv:
+        from headlab.roles.results import heads_csv
+
         sys.stdout.write(heads_csv(report))
     else:
         print_report(report)
@@ -181,43 +181,6 @@ def _done(checkpoint: Any) -> None:
     """The result is out: the checkpoint has served (and is never resumed into a new run)."""
     if checkpoint is not None:
         checkpoint.remove()
-
-
-def heads_csv(report: Any) -> str:
-    """One row per head: position, role, score, baseline, margin, stability, every score."""
-    names = sorted({k for h in report.heads for k in h.scores})
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(
-        [
-            *("layer", "head", "role", "measured_role", "roles", "detail"),
-            *("score", "score_low", "score_high", "baseline", "margin", "p", "q"),
-            *("count", "design_effect"),
-            *("stability", "stable", "fold_agreement", "bootstrap_stability"),
-            *names,
-        ]
-    )
-    for h in report.heads:
-        ev = h.evidence or {}
-        low, high = ev.get("interval") or (None, None)
-        stable = "" if h.stable is None else str(h.stable).lower()
-        writer.writerow(
-            [h.layer, h.head, h.role, h.measured_role, "+".join(h.roles), h.detail]
-            + [_fmt(v) for v in (h.score, low, high, h.baseline, h.margin)]
-            + [_pfmt(ev.get("p")), _pfmt(ev.get("q"))]
-            + [str(ev.get("count", "")), _fmt(ev.get("design_effect"))]
-            + [_fmt(h.stability), stable, _fmt(h.fold_agreement), _fmt(h.bootstrap_stability)]
-            + [_fmt(h.scores.get(n)) for n in names]
-        )
-    return buf.getvalue()
-
-
-def _fmt(v: float | None) -> str:
-    return "" if v is None else f"{v:.4f}"
-
-
-def _pfmt(v: float | None) -> str:
-    return "" if v is None else f"{v:.3g}"
 
 
 def _pct(v: float | None, interval: Any) -> str:
@@ -234,6 +197,7 @@ def print_report(report: Any) -> None:
 
     from headlab.roles import LETTERS
     from headlab.roles.probes.syntactic import RELATION_SET
+    from headlab.roles.results import fmt_p
 
     con = console()
     rows = report.grid()
@@ -287,7 +251,7 @@ def print_report(report: Any) -> None:
                 _pct(ev.get("accuracy"), ev.get("interval")),
                 _pct(ev.get("baseline"), ev.get("baseline_interval")),
                 str(ev.get("count", "")),
-                _pfmt(ev.get("q")),
+                fmt_p(ev.get("q")),
             )
         con.print(ev_table)
     rel = Table(
@@ -322,7 +286,7 @@ def print_report(report: Any) -> None:
                 _pct(r.accuracy, r.interval),
                 f"{_pct(r.baseline, r.baseline_interval)} ({r.baseline_offset:+d})",
                 str(r.count),
-                _pfmt(r.q),
+                fmt_p(r.q),
             )
     con.print(rel)
     c = report.coreference
@@ -331,7 +295,7 @@ def print_report(report: Any) -> None:
         con.print(
             f"coreference (GAP, {c.count} pronouns): best head {c.layer}.{c.head} "
             f"{_pct(c.accuracy, c.interval)}% vs baselines {bases} "
-            f"(q = {_pfmt(c.q)} against {c.baseline})"
+            f"(q = {fmt_p(c.q)} against {c.baseline})"
         )
     for name, info in report.data.items():
         if not isinstance(info, dict) or "used" not in info:  # device, dtype

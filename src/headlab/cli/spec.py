@@ -8,7 +8,7 @@ from typing import Any
 
 from headlab.cli._args import integer, text
 from headlab.cli._output import console, emit_json, human_bytes, human_count
-from headlab.models.names import DEFAULT_MODEL_NAME
+from headlab.models.names import DEFAULT_MODEL_NAME, config_of, kv_dtype
 
 #: with no model named: headlab's bundled default model (its catalog entry: no torch, no files)
 DEFAULT_MODEL = DEFAULT_MODEL_NAME
@@ -128,7 +128,7 @@ def run_plan(args: argparse.Namespace) -> int:
         raise InputError("--plan takes one model, not --compare or --list")
     if args.context is None:
         raise InputError("--plan needs --context T (tokens per sequence)")
-    label, config = resolve_model(args.model or DEFAULT_MODEL)
+    label, config = config_of(args.model or DEFAULT_MODEL)
     if label == DEFAULT_MODEL:  # the catalog keeps only the attention fields: its package's
         from pathlib import Path
 
@@ -202,7 +202,7 @@ def _run_pair(
         limits = [lay.max_positions for lay in stacks.values() if lay.max_positions]
         context = min([DEFAULT_CONTEXT, *limits])
     spec = compute_encoder_decoder_spec(
-        stacks, context=context, dtype=args.dtype or config_dtype(name, config)
+        stacks, context=context, dtype=args.dtype or kv_dtype(name, config)
     )
     data = {"model": label, **spec.as_dict()}
     if args.json:
@@ -235,48 +235,6 @@ def _total(key: str, value: int) -> str:
     return f"{value:,}"
 
 
-def resolve_model(name: str) -> tuple[str, dict[str, Any]]:
-    """A display name and config for a catalog name, a config.json or folder, ``smollm2`` (the
-    bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
-    from pathlib import Path
-
-    from headlab.layout import resolve
-    from headlab.models import gguf, names
-
-    if name != names.DECODER and not gguf.is_gguf_path(name):
-        label, config = resolve(name)
-        if Path(name).exists() and names.is_default_folder(Path(name)):
-            label = names.DEFAULT_MODEL_NAME  # not the package's folder name, "model"
-        return label, config
-
-    if name == names.DECODER and not Path(name).exists():
-        return names.DECODER_NAME, gguf.gguf_config(names.smollm2_file())
-    if gguf.is_gguf_path(name):
-        path = Path(name).expanduser()
-        return path.name[: -len(".gguf")], gguf.gguf_config(path)
-    return resolve(name)
-
-
-#: a config's torch_dtype, as headlab spec names the dtype
-_CONFIG_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-
-
-def config_dtype(name: str, config: dict[str, Any]) -> str:
-    """The KV cache's dtype by default: the dtype the model loads in. Its config's
-    ``torch_dtype`` (or ``dtype``) when it names one; else float32 for what headlab loads
-    (the default model, a folder, a config.json, a GGUF file: transformers loads a config
-    without a dtype in float32), bf16 for a catalog name (how those checkpoints are published)."""
-    from pathlib import Path
-
-    from headlab.models import names
-
-    named = config.get("torch_dtype") or config.get("dtype")
-    if str(named) in _CONFIG_DTYPES:
-        return _CONFIG_DTYPES[str(named)]
-    loaded = names.resolve(name).bundled or Path(name).expanduser().exists()
-    return "fp32" if loaded or name.lower().endswith(".gguf") else "bf16"
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -305,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         names = [DEFAULT_MODEL]
     layouts, configs = [], []
     for name in names:
-        label, config = resolve_model(name)
+        label, config = config_of(name)
         pair = encoder_decoder_layouts(config)
         if pair is not None:
             if len(names) > 1:
@@ -323,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         )
     specs = []
     for (label, lay), (given, config) in zip(layouts, configs, strict=True):
-        dtype = args.dtype or config_dtype(given, config)
+        dtype = args.dtype or kv_dtype(given, config)
         spec = compute_spec(lay, context=context, dtype=dtype)
         specs.append({"model": label, **spec.as_dict()})
         if lay.max_positions and context > lay.max_positions:  # arithmetic, not a promise

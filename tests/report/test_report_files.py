@@ -149,8 +149,12 @@ def test_long_sentences_are_cut_for_the_viewer_with_a_notice() -> None:
     s = sentence_patterns(load(), text)
     assert s["truncated"] is True and s["total_words"] > MAX_VIEWER_WORDS
     assert len(s["words"]) == MAX_VIEWER_WORDS
-    first = s["patterns"][0][0]
-    assert len(first) == MAX_VIEWER_WORDS and len(first[0]) == MAX_VIEWER_WORDS
+    from headlab.models.analysis import pattern_from_bytes
+
+    first = pattern_from_bytes(s["patterns"][0], 0, MAX_VIEWER_WORDS)  # head 0, decoded
+    assert first.shape == (MAX_VIEWER_WORDS, MAX_VIEWER_WORDS)
+    rows = first.sum(-1)  # part of each word's attention: the rest goes to the words cut
+    assert (rows > 0).all() and (rows < 1 + MAX_VIEWER_WORDS / 255).all()
 
 
 def test_the_viewer_opens_on_the_chosen_occurrence() -> None:

@@ -14,7 +14,6 @@ nothing from the network); the numbers stay at hand as attributes::
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,7 @@ import torch
 from headlab.errors import InputError
 from headlab.explore.shelf import notebook_shelf
 from headlab.explore.table import default_word, head_rows
-from headlab.models.analysis import WordAttention, word_attention
+from headlab.models.analysis import WordAttention, pattern_bytes, word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import encode
 from headlab.page.explorer import notebook_html
@@ -154,14 +153,18 @@ class SentenceHeads:
             "truncated": {"words": len(align.words), "tokens": len(self.tokens)}
             if n_words < len(align.words) or n_tokens < len(self.tokens)
             else None,
-            "patterns": [_bytes(self.attention.patterns[i], n_words) for i in layers],
-            "token_patterns": [_bytes(self.attention.token_patterns[i], n_tokens) for i in layers],
+            "patterns": [pattern_bytes(self.attention.patterns[i], n_words) for i in layers],
+            "token_patterns": [
+                pattern_bytes(self.attention.token_patterns[i], n_tokens) for i in layers
+            ],
             # the same weighted by value norms (Kobayashi et al. 2020), where they were measured
-            "norm_patterns": [_bytes(self.attention.norm_patterns[i], n_words) for i in layers]
+            "norm_patterns": [
+                pattern_bytes(self.attention.norm_patterns[i], n_words) for i in layers
+            ]
             if self.attention.norm_patterns
             else None,
             "norm_token_patterns": [
-                _bytes(self.attention.norm_token_patterns[i], n_tokens) for i in layers
+                pattern_bytes(self.attention.norm_token_patterns[i], n_tokens) for i in layers
             ]
             if self.attention.norm_token_patterns
             else None,
@@ -171,13 +174,6 @@ class SentenceHeads:
         """The grid and the pattern view as one self-contained block (Jupyter shows it)."""
 
         return notebook_html(self.to_json())
-
-
-def _bytes(pattern: torch.Tensor, n: int) -> str:
-    """``(H, N, N)`` weights cut to ``n`` x ``n``, as base64 of ``round(255 * w)`` bytes."""
-    cut = pattern[:, :n, :n].float().clamp(0.0, 1.0)
-    raw = (cut * 255.0).round().to(torch.uint8).cpu().contiguous().numpy().tobytes()
-    return base64.b64encode(raw).decode("ascii")
 
 
 def token_texts(lm: LoadedModel, ids: list[int]) -> tuple[str, ...]:

@@ -1,7 +1,9 @@
-"""One sentence's word-level attention, and mean head outputs for mean-ablation."""
+"""One sentence's word-level attention, the one encoding every page carries it in, and mean
+head outputs for mean-ablation."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -196,3 +198,18 @@ def mean_head_outputs(
 
     run_corpus(lm, list(texts), consume, batch_tokens=batch_tokens, record_head_outputs=True)
     return {layer: (s / count).float() for layer, s in sums.items()}
+
+
+def pattern_bytes(pattern: torch.Tensor, n: int) -> str:
+    """``(H, N, N)`` weights cut to ``n`` x ``n``, as base64 of ``round(255 * w)`` bytes, heads x
+    rows x columns: how the report, the explorer and the notebook view carry a layer's patterns
+    (a 1/255 step is finer than any colour or line width on a page)."""
+    cut = pattern[:, :n, :n].float().clamp(0.0, 1.0)
+    raw = (cut * 255.0).round().to(torch.uint8).cpu().contiguous().numpy().tobytes()
+    return base64.b64encode(raw).decode("ascii")
+
+
+def pattern_from_bytes(b64: str, head: int, n: int) -> torch.Tensor:
+    """``(n, n)``: one head's weights back from :func:`pattern_bytes` (to 1/255)."""
+    raw = torch.frombuffer(bytearray(base64.b64decode(b64)), dtype=torch.uint8)
+    return raw[head * n * n : (head + 1) * n * n].view(n, n).float() / 255.0

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from headlab.models.analysis import word_attention
+from headlab.models.analysis import pattern_bytes, word_attention
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress, stage
 from headlab.roles.measure import RoleReport
@@ -23,17 +23,15 @@ _DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 def sentence_patterns(lm: LoadedModel, text: str) -> dict[str, Any]:
     """Word-level attention of every head for one sentence, rounded for the page.
 
-    Returns ``{"text", "words", "special", "truncated", "patterns": [layer][head][W][W]}``.
+    Returns ``{"text", "words", "special", "truncated", "patterns": [layer]}``, each layer's
+    patterns in the explorer's encoding (:func:`~headlab.models.analysis.pattern_bytes`).
     """
     wa = word_attention(lm, text)
     words = list(wa.alignment.words)
     special = list(wa.alignment.is_special)
     truncated = len(words) > MAX_VIEWER_WORDS
     keep = min(len(words), MAX_VIEWER_WORDS)
-    patterns = []
-    for layer in range(lm.n_layers):
-        p = wa.patterns[layer][:, :keep, :keep].float().cpu().tolist()  # (H, W, W)
-        patterns.append([[[round(x, 3) for x in row] for row in head] for head in p])
+    patterns = [pattern_bytes(wa.patterns[layer], keep) for layer in range(lm.n_layers)]
     return {
         "text": text,
         "words": words[:keep],

@@ -89,7 +89,9 @@ def heatmap(sentence: dict[str, Any], layer: int, head: int, path: Path, title: 
     """One head's word-level pattern on one sentence."""
     plt = _plt()
     words = sentence["words"]
-    p = sentence["patterns"][layer][head]
+    from headlab.models.analysis import pattern_from_bytes
+
+    p = pattern_from_bytes(sentence["patterns"][layer], head, len(words)).numpy()
     size = max(4.0, 0.35 * len(words) + 1.5)
     fig, ax = plt.subplots(figsize=(size, size))
     image = ax.imshow(p, cmap="Blues", vmin=0.0, vmax=1.0)

@@ -15,6 +15,22 @@ function svgEl(tag, attrs, text) {
   if (text !== undefined) node.textContent = String(text);
   return node;
 }
+// a layer's patterns arrive as base64 of round(255 * w) bytes, heads x rows x columns, in the
+// report, the explorer and the notebook alike (headlab.models.analysis.pattern_bytes)
+function decodeLayer(b64) {
+  const text = atob(b64);
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
+}
+function headMatrix(bytes, head, n) {
+  const rows = [];
+  for (let i = 0; i < n; i++) {
+    const start = (head * n + i) * n;
+    rows.push(Array.from(bytes.subarray(start, start + n), (v) => v / 255));
+  }
+  return rows;
+}
 function fmt(v, digits) {
   return v === null || v === undefined ? "\u2013" : Number(v).toFixed(digits === undefined ? 3 : digits);
 }

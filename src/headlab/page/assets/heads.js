@@ -4,21 +4,6 @@
 // view; the drawing itself is draw.js's. Everything lives under `root`: no ids, so several
 // views can share a page (a notebook's outputs).
 
-// a layer's patterns arrive as base64 of round(255 * w) bytes, heads x rows x columns
-function decodeLayer(b64) {
-  const text = atob(b64);
-  const bytes = new Uint8Array(text.length);
-  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-  return bytes;
-}
-function headMatrix(bytes, head, n) {
-  const rows = [];
-  for (let i = 0; i < n; i++) {
-    const start = (head * n + i) * n;
-    rows.push(Array.from(bytes.subarray(start, start + n), (v) => v / 255));
-  }
-  return rows;
-}
 // the key word a query word attends to most, special tokens and the sink left out (a
 // decoder's first word, where heads park what they do not use; sink < 0: none): [index, weight]
 function topKey(p, i, special, sink) {

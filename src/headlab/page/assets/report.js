@@ -2,6 +2,16 @@
 // text from the model, the data or the user shows as text. draw.js, this file, tables.js and
 // decoder.js are parts of one function (headlab.page.html joins them): they share its names.
 const data = JSON.parse(document.getElementById("headlab-data").textContent);
+// each sentence's layers arrive as bytes (draw.js's decodeLayer): decoded once into
+// [layer][head][row][column] weights
+data.sentences.forEach((s) => {
+  const n = s.words.length;
+  s.patterns = s.patterns.map((b64) => {
+    const bytes = decodeLayer(b64);
+    const heads = n ? bytes.length / (n * n) : 0;
+    return Array.from({ length: heads }, (_, h) => headMatrix(bytes, h, n));
+  });
+});
 // each role's colour and letter come with the data, so a role headlab adds shows up here too
 const COLOURS = {}, LETTERS = {};
 Object.entries(data.role_style).forEach(([r, s]) => { COLOURS[r] = s.colour; LETTERS[r] = s.letter; });

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
-from headlab.cli._model import (
-    MODEL_HELP,
-    add_model_arguments,
-    has_lm_head,
-    load_model,
-    model_device,
-    text_side,
-)
+from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device
 from headlab.cli._output import console, emit_json, human_bytes
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
@@ -205,49 +196,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from headlab import distributed
-    from headlab.errors import InputError, PruningError
+    from headlab.pruning.request import check_request, ready_model
     from headlab.pruning.workflow import run_pruning
 
-    gates_decide = args.importance == "l0" and args.out is not None and args.fraction is None
-    if args.curve == (args.fraction is not None or gates_decide):
-        raise InputError(
-            "give either --fraction F (prune and save), --importance l0 --out DIR (the gates "
-            "decide), or --curve (measure only)"
-        )
-    if args.compare and not args.curve:
-        raise InputError("--compare goes with --curve")
-    if args.figure is not None and not args.compare:
-        raise InputError("--figure goes with --curve --compare")
-    if args.x == "kv-bytes" and not args.compare:
-        raise InputError("--x kv-bytes is the x-axis of the --compare figure")
     options = options_from(args)
+    check_request(options, curve=args.curve, figure=args.figure is not None)
     options.check()  # options and the output folder, before the model loads
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    wanted = _wants_lm_head(args, options)
-    lm = load_model(args, with_lm_head=bool(wanted))
-    if wanted is None and lm.causal:  # a cached model name: a decoder is scored with its head
-        lm = load_model(args, with_lm_head=True)
-    from headlab.models.seq2seq import is_encoder_decoder
-
-    if is_encoder_decoder(lm):
-        if options.out is not None:
-            raise PruningError(
-                f"{lm.name} is an encoder-decoder: headlab's pruned folders record one stack of "
-                "layers (without --out, prune measures its encoder's heads)"
-            )
-        lm = text_side(lm)
-    if options.out is not None:  # before the search, not after it
-        for layer in range(lm.n_layers):
-            why = lm.adapter.prunable(layer)
-            if why is not None:
-                raise PruningError(why)
-    if args.x == "kv-bytes" and not lm.causal:
-        raise InputError(
-            f"--x kv-bytes needs a causal model with a KV cache; {lm.name} is an encoder"
-        )
+    lm = ready_model(lambda head: load_model(args, with_lm_head=head), options, args.model)
     writer = distributed.writes()
     # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
     drawn: AbstractContextManager[Progress] = (
@@ -272,15 +231,6 @@ def _run(args: argparse.Namespace) -> int:
     return _print(args, result.to_json())
 
 
-def _wants_lm_head(args: argparse.Namespace, options: Any) -> bool | None:
-    """Whether ``--model`` loads with its language-model head: for perplexity and IOI (the
-    default of causal models is perplexity) when it is a causal language model with one;
-    ``None`` when only the loaded model can tell (a cached model name)."""
-    if options.metric not in (None, "perplexity", "ioi") or args.model is None:
-        return False
-    return has_lm_head(args.model)
-
-
 def shares(value: str) -> tuple[float, ...]:
     """``0.5,0.7`` -> ``(0.5, 0.7)``, each in (0, 1)."""
     try:
@@ -301,26 +251,9 @@ def _print_compare(args: argparse.Namespace, result: dict[str, Any]) -> int:
         emit_json(result)
         return 0
     if args.csv:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["importance", "recovered", "heads_removed", "fraction", "metric", "loss"])
-        for m in result["methods"]:
-            for p in m["curve"]:
-                writer.writerow(
-                    [m["importance"], 0, p["heads_removed"], p["fraction"], p["metric"], p["loss"]]
-                )
-            for p in m.get("recovered", []):
-                writer.writerow(
-                    [
-                        m["importance"],
-                        p["steps"],
-                        p["heads_removed"],
-                        p["fraction"],
-                        p["metric_after"],
-                        p["loss_after"],
-                    ]
-                )
-        sys.stdout.write(buf.getvalue())
+        from headlab.pruning.request import compare_csv
+
+        sys.stdout.write(compare_csv(result))
         return 0
     from rich.table import Table
 
@@ -355,11 +288,9 @@ def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
         emit_json(result)
         return 0
     if args.csv:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(result["curve"][0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(result["curve"])
-        sys.stdout.write(buf.getvalue())
+        from headlab.pruning.request import curve_csv
+
+        sys.stdout.write(curve_csv(result))
         return 0
     from rich.table import Table
 

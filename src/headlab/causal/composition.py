@@ -306,3 +306,71 @@ def composition_scores(lm: LoadedModel) -> CompositionScores:
         d, width = layers[0]["query"].shape[1:]
         baseline = _baseline(int(d), int(width), wide)
     return CompositionScores(model=lm.name, baseline=baseline, **scores)
+
+
+def parse_heads(value: str) -> list[tuple[int, int]]:
+    """``"17.3,17.4"`` as ``[(17, 3), (17, 4)]``.
+
+    Raises:
+        InputError: a part that is not ``LAYER.HEAD``.
+    """
+    heads = []
+    for part in value.split(","):
+        layer, dot, head = part.strip().partition(".")
+        if not dot or not layer.isdigit() or not head.isdigit():
+            raise InputError(f"--receivers expects heads as LAYER.HEAD,...; got {part.strip()!r}")
+        heads.append((int(layer), int(head)))
+    return heads
+
+
+def check_receivers(lm: LoadedModel, receivers: list[tuple[int, int]]) -> None:
+    """Check that each receiver is a head of ``lm`` above its first layer.
+
+    Raises:
+        InputError: a layer or head out of range.
+    """
+    for layer, head in receivers:
+        if not 0 < layer < lm.n_layers:
+            raise InputError(
+                f"--receivers {layer}.{head}: layer {layer} is out of range; {lm.name} has "
+                f"layers 1..{lm.n_layers - 1} that read earlier heads"
+            )
+        n_heads = lm.layout.heads_per_layer[layer]
+        if not 0 <= head < n_heads:
+            raise InputError(
+                f"--receivers {layer}.{head}: head {head} is out of range; layer {layer} "
+                f"has heads 0..{n_heads - 1}"
+            )
+
+
+def receiver_senders(
+    lm: LoadedModel,
+    scores: CompositionScores,
+    kind: str,
+    receivers: list[tuple[int, int]],
+    top: int,
+) -> list[dict[str, Any]]:
+    """Each receiver's ``top`` strongest senders by ``kind`` composition, strongest first:
+    ``{"receiver": {"layer", "head"}, "senders": [{"layer", "head", "score", "x_baseline"}]}``."""
+    table = scores.scores(kind)  # (L, H, L, H)
+    base = scores.baseline[kind]
+    out: list[dict[str, Any]] = []
+    for layer, head in receivers:
+        column = table[:layer, :, layer, head]  # (layer, H)
+        values = column.flatten().nan_to_num(nan=-1.0)
+        order = values.argsort(descending=True)[:top].tolist()
+        out.append(
+            {
+                "receiver": {"layer": layer, "head": head},
+                "senders": [
+                    {
+                        "layer": i // lm.n_heads,
+                        "head": i % lm.n_heads,
+                        "score": float(values[i]),
+                        "x_baseline": float(values[i]) / base,
+                    }
+                    for i in order
+                ],
+            }
+        )
+    return out

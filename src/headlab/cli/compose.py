@@ -48,7 +48,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.causal.composition import KINDS, composition_scores
+    from headlab.causal.composition import (
+        KINDS,
+        check_receivers,
+        composition_scores,
+        parse_heads,
+    )
     from headlab.errors import InputError
 
     if args.model is None:
@@ -57,23 +62,12 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    receivers = _heads(args.receivers) if args.receivers else None
+    receivers = parse_heads(args.receivers) if args.receivers else None
     if args.figure and receivers is None:
         raise InputError("--figure draws the heads of --receivers: add --receivers L.H,...")
     lm = load_model(args)
     if receivers is not None:
-        for layer, head in receivers:
-            if not 0 < layer < lm.n_layers:
-                raise InputError(
-                    f"--receivers {layer}.{head}: layer {layer} is out of range; {lm.name} has "
-                    f"layers 1..{lm.n_layers - 1} that read earlier heads"
-                )
-            n_heads = lm.layout.heads_per_layer[layer]
-            if not 0 <= head < n_heads:
-                raise InputError(
-                    f"--receivers {layer}.{head}: head {head} is out of range; layer {layer} "
-                    f"has heads 0..{n_heads - 1}"
-                )
+        check_receivers(lm, receivers)
     scores = composition_scores(lm)
     if receivers is not None:
         return _run_receivers(args, lm, scores, receivers)
@@ -101,44 +95,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _heads(value: str) -> list[tuple[int, int]]:
-    """``"17.3,17.4"`` as ``[(17, 3), (17, 4)]``; a one-line error otherwise."""
-    from headlab.errors import InputError
-
-    heads = []
-    for part in value.split(","):
-        layer, dot, head = part.strip().partition(".")
-        if not dot or not layer.isdigit() or not head.isdigit():
-            raise InputError(f"--receivers expects heads as LAYER.HEAD,...; got {part.strip()!r}")
-        heads.append((int(layer), int(head)))
-    return heads
-
-
 def _run_receivers(
     args: argparse.Namespace, lm: Any, scores: Any, receivers: list[tuple[int, int]]
 ) -> int:
     """Each receiver's strongest senders by ``--kind`` composition (JSON, a table, a figure)."""
-    table = scores.scores(args.kind)  # (L, H, L, H)
+    from headlab.causal.composition import receiver_senders
+
     base = scores.baseline[args.kind]
-    out: list[dict[str, Any]] = []
-    for layer, head in receivers:
-        column = table[:layer, :, layer, head]  # (layer, H)
-        values = column.flatten().nan_to_num(nan=-1.0)
-        order = values.argsort(descending=True)[: args.top].tolist()
-        out.append(
-            {
-                "receiver": {"layer": layer, "head": head},
-                "senders": [
-                    {
-                        "layer": i // lm.n_heads,
-                        "head": i % lm.n_heads,
-                        "score": float(values[i]),
-                        "x_baseline": float(values[i]) / base,
-                    }
-                    for i in order
-                ],
-            }
-        )
+    out = receiver_senders(lm, scores, args.kind, receivers, args.top)
     if args.figure:
         from headlab.causal.figure import write_composition
 

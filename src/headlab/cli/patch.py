@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._model import MODEL_HELP, add_model_arguments, has_lm_head, load_model
+from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
 from headlab.cli._progress import progress_for
-from headlab.errors import InputError
 from headlab.models.names import DECODER
 
 #: the library's defaults, as numbers here so that --help needs no torch import
@@ -111,58 +109,24 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _check_paths(args: argparse.Namespace) -> None:
-    """Output paths checked before any work (one line each)."""
-    from pathlib import Path
-
-    for flag, value, suffix in (
-        ("--write", args.write, ".jsonl"),
-        ("--figure", args.figure, ".png"),
-        ("--csv-out", args.csv_out, ".csv"),
-    ):
-        if value is None:
-            continue
-        path = Path(value)
-        if path.suffix.lower() != suffix:
-            raise InputError(f"{flag} {value}: expected a {suffix} file")
-        if not path.parent.is_dir():
-            raise InputError(f"{flag} {value}: folder {path.parent} does not exist")
-    if args.write and args.prompts:
-        raise InputError("--write writes a built-in task's prompts: give --task, not --prompts")
-    if args.compare and args.method == "activation":
-        raise InputError("--compare compares a gradient estimate: add --method attribution or ig")
-    if args.path is not None and args.to is None:
-        raise InputError("--path names a sender: add --to q|k|v:L.H or --to logits")
-    if args.to is not None:
-        from headlab.causal.paths import parse_head, parse_receiver
-
-        parse_receiver(args.to)
-        if args.path is not None:
-            parse_head(args.path)
-        if args.method != "activation" or args.component != "z" or args.compare:
-            raise InputError("--to is path patching: no --method, --component or --compare")
-    if args.method == "dla" and (args.figure or args.csv_out or args.csv or args.compare):
-        raise InputError("--method dla gives a table or --json; no --figure, CSV or --compare")
-    if args.component != "z" and args.method != "activation":
-        raise InputError(f"--component {args.component} is patched by --method activation only")
-
-
 def run(args: argparse.Namespace) -> int:
-    _check_paths(args)
+    from headlab.causal.request import check_model, check_request
+
+    check_request(
+        method=args.method,
+        component=args.component,
+        compare=args.compare,
+        to=args.to,
+        path=args.path,
+        prompts=args.prompts,
+        write=args.write,
+        figure=args.figure,
+        csv_out=args.csv_out,
+        csv=args.csv,
+    )
     if args.model is None:
         args.model = DEFAULT_MODEL
-    folder_config = Path(args.model) / "config.json"
-    readable = not Path(args.model).is_dir() or folder_config.is_file()  # else load() says why
-    if readable and has_lm_head(args.model) is False:
-        raise InputError(
-            f"--model {args.model}: patching reads next-token logits, and this is not a causal "
-            "language model with its head (its config.json names no ...ForCausalLM or "
-            "...LMHeadModel architecture)"
-        )
-    if args.prompts:  # a malformed file costs no model load
-        from headlab.causal.tasks import read_prompts
-
-        read_prompts(args.prompts)
+    check_model(args.model, args.prompts)
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 

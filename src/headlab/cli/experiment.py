@@ -9,29 +9,13 @@ from typing import Any
 from headlab.cli._args import text
 from headlab.cli._output import console, emit_json
 
-#: where the data lives next to a checkout of headlab: ``<checkout>/../shared/data``
-DATA_BESIDE_CHECKOUT = Path("..") / "shared" / "data"
-
 
 def default_data() -> Path:
-    """``../shared/data`` next to the headlab checkout this code runs from (not next to the
-    current folder), when there is one."""
-    from headlab.errors import InputError
+    """``../shared/data`` beside the headlab checkout (:func:`headlab.experiments.one_vs_many.
+    default_data`)."""
+    from headlab.experiments.one_vs_many import default_data as beside_checkout
 
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "pyproject.toml").is_file() and (parent / "src" / "headlab").is_dir():
-            candidate = (parent / DATA_BESIDE_CHECKOUT).resolve()
-            if candidate.is_dir():
-                return candidate
-            raise InputError(
-                f"no data folder at {candidate} (beside the headlab checkout); pass --data "
-                "FOLDER holding corpus/tinyshakespeare/input.txt"
-            )
-    raise InputError(
-        "headlab is not running from a checkout, so there is no default data folder; pass "
-        "--data FOLDER holding corpus/tinyshakespeare/input.txt"
-    )
+    return beside_checkout()
 
 
 def add_parser(sub: Any) -> None:
@@ -103,13 +87,10 @@ def run(args: argparse.Namespace) -> int:
     _refuse(args, COST_ONLY, "cost")
     from headlab.cli._model import model_device
     from headlab.cli._progress import progress_for
-    from headlab.experiments.one_vs_many import GridConfig, one_vs_many
+    from headlab.experiments.one_vs_many import grid_config, one_vs_many
 
     device = str(model_device(args)) if args.device is not None else "cpu"
-    if args.setting == "large":
-        cfg = GridConfig.large(quick=args.quick, device=device)
-    else:
-        cfg = GridConfig.quick(device=device) if args.quick else GridConfig(device=device)
+    cfg = grid_config(args.setting, quick=args.quick, device=device)
     needs_data = "language-model" in cfg.tasks
     data = Path(args.data) if args.data else (default_data() if needs_data else Path("."))
 

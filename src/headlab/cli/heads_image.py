@@ -1,7 +1,7 @@
 """``headlab heads --image FILE``: where the class token (or one patch) of an image attends,
 in every head of a vision transformer (ViT, CLIP's vision tower), as patch grids.
 
-The library does the work (:mod:`headlab.models.images`); this module checks the options,
+The library does the work (:mod:`headlab.explore.images`); this module checks the options,
 prints a table of each head's top patches and its share to the class token, then each head's
 grid shaded in block characters, one text row per patch row.
 """
@@ -67,8 +67,8 @@ def run_image(args: argparse.Namespace) -> int:
     """``headlab heads --image FILE``: the options first (quick errors), then the image, the
     model, its image processor, one forward pass."""
     from headlab.errors import InputError, ModalityError
-    from headlab.explore.table import each_head
-    from headlab.models.images import open_image, patch_attention, pixel_values
+    from headlab.explore.images import image_table
+    from headlab.models.images import open_image
 
     if args.image is None:
         raise InputError("--patch ROW,COL picks a patch of an image: give one with --image FILE")
@@ -91,37 +91,14 @@ def run_image(args: argparse.Namespace) -> int:
             f"{exc}: --image needs a vision model folder (ViT, CLIP)", reads=exc.reads
         ) from None
     layers = chosen_layers(args, lm, list(range(lm.n_layers)))
-    pixels = pixel_values(lm.path, image)  # (1, C, image_size, image_size)
-    pa = patch_attention(lm, pixels, patch=args.patch, layers=layers)
-    rows = [
-        {
-            **row,
-            "top": [
-                {"patch": list(patch), "weight": round(weight, 4)}
-                for patch, weight in pa.top(layer, head, args.top)
-            ],
-            "class": pa.class_share(layer, head),
-            "grid": pa.patches(layer, head).tolist(),
-        }
-        for layer, head, row in each_head(lm, {layer: layer for layer in layers}, args.head)
-    ]
-    query = "class token" if args.patch is None else f"patch ({args.patch[0]},{args.patch[1]})"
+    table = image_table(
+        lm, image, str(args.image), patch=args.patch, layers=layers, heads=args.head, top=args.top
+    )
     if args.json:
-        emit_json(
-            {
-                "model": lm.name,
-                "image": str(args.image),
-                "grid": {
-                    "rows": pa.grid.rows,
-                    "cols": pa.grid.cols,
-                    "patch_size": pa.grid.patch_size,
-                },
-                "query": "class" if args.patch is None else list(args.patch),
-                "heads": rows,
-            }
-        )
+        emit_json(table)
         return 0
-    print_patches(lm.name, str(args.image), query, pa.grid, rows, args.top)
+    query = "class token" if args.patch is None else f"patch ({args.patch[0]},{args.patch[1]})"
+    print_patches(lm.name, str(args.image), query, table["grid"], table["heads"], args.top)
     return 0
 
 
@@ -141,15 +118,16 @@ def shade(grid: list[list[float]]) -> list[str]:
 
 
 def print_patches(
-    model: str, image: str, query: str, grid: Any, rows: list[dict[str, Any]], k: int
+    model: str, image: str, query: str, grid: dict[str, int], rows: list[dict[str, Any]], k: int
 ) -> None:
-    """The table of top patches, then every head's grid, as many side by side as fit."""
+    """The table of top patches, then every head's grid (``grid``: its ``rows``, ``cols`` and
+    ``patch_size``), as many side by side as fit."""
     from rich.table import Table
 
     con = console()
     table = Table(
         title=f"{model}: where the {query} attends",
-        caption=f"{image}: {grid.rows}x{grid.cols} patches of {grid.patch_size} px, "
+        caption=f"{image}: {grid['rows']}x{grid['cols']} patches of {grid['patch_size']} px, "
         "(row,col) from the top left",
     )
     for col in ("layer", "head", f"top {k} patches (weight)", "to class token"):
@@ -167,13 +145,13 @@ def print_patches(
         markup=False,
     )
     labels = [f"{r['layer']}.{r['head']} cls {r['class']:.2f}" for r in rows]
-    width = max(2 * grid.cols, *(len(label) for label in labels))
+    width = max(2 * grid["cols"], *(len(label) for label in labels))
     per_band = max(1, (con.width + len(GAP)) // (width + len(GAP)))
     for start in range(0, len(rows), per_band):
         band = rows[start : start + per_band]
         lines = [GAP.join(label.ljust(width) for label in labels[start : start + per_band])]
         shaded = [shade(r["grid"]) for r in band]
-        for i in range(grid.rows):
+        for i in range(grid["rows"]):
             lines.append(GAP.join(s[i].ljust(width) for s in shaded))
         con.print("")
         for line in lines:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from headlab.errors import ConfigError
+from headlab.errors import ConfigError, InputError
 from headlab.progress import Progress
 from headlab.training.model import ModelConfig, TinyTransformer
 from headlab.training.tasks import (
@@ -246,3 +246,37 @@ def one_vs_many(cfg: GridConfig, *, data: Path, progress: Progress | None = None
         "config": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()},
         "wall_s": time.perf_counter() - start,
     }
+
+
+#: where the data lives next to a checkout of headlab: ``<checkout>/../shared/data``
+DATA_BESIDE_CHECKOUT = Path("..") / "shared" / "data"
+
+
+def default_data() -> Path:
+    """``../shared/data`` next to the headlab checkout this code runs from (not next to the
+    current folder), when there is one.
+
+    Raises:
+        InputError: no checkout, or no data folder beside it.
+    """
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "src" / "headlab").is_dir():
+            candidate = (parent / DATA_BESIDE_CHECKOUT).resolve()
+            if candidate.is_dir():
+                return candidate
+            raise InputError(
+                f"no data folder at {candidate} (beside the headlab checkout); pass --data "
+                "FOLDER holding corpus/tinyshakespeare/input.txt"
+            )
+    raise InputError(
+        "headlab is not running from a checkout, so there is no default data folder; pass "
+        "--data FOLDER holding corpus/tinyshakespeare/input.txt"
+    )
+
+
+def grid_config(setting: str, *, quick: bool = False, device: str = "cpu") -> GridConfig:
+    """The grid of ``setting`` (``small`` or ``large``), its quick form with ``quick``."""
+    if setting == "large":
+        return GridConfig.large(quick=quick, device=device)
+    return GridConfig.quick(device=device) if quick else GridConfig(device=device)

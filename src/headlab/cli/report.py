@@ -153,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         causal_prune_options,
         check_focus_word,
         default_folder,
+        measure_mode,
         read_inputs,
         viewer_sentences,
     )
@@ -191,12 +192,7 @@ def run(args: argparse.Namespace) -> int:
     sentences, word = viewer_sentences(lm.causal, args.sentence, args.word)
     if args.model is not None:  # now that the model, and so its sentences, are known
         check_focus_word(word, sentences)
-    if args.full or (args.prune and not args.roles_only):
-        measure = "full"
-    elif args.roles_only:
-        measure = "curve" if args.prune else "roles"
-    else:
-        measure = "quick"
+    measure = measure_mode(full=args.full, prune=args.prune, roles_only=args.roles_only)
     with progress_for(args, "headlab report") as progress:
         built = build_report(
             lm,

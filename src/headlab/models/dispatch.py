@@ -188,6 +188,53 @@ def placement_from_options(
     return Placement(device_map=parsed, max_memory=budgets, offload_folder=folder)
 
 
+#: the parameter dtypes a command may load a model in
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def parse_dtype(name: str | None) -> Any:
+    """The ``torch.dtype`` named by ``--dtype`` (default float32).
+
+    Raises:
+        InputError: a name outside :data:`DTYPES`.
+    """
+    import torch
+
+    name = name or "float32"
+    if name not in DTYPES:
+        raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return getattr(torch, name)
+
+
+def parse_device(name: str | None) -> Any:
+    """The ``torch.device`` named by ``--device`` (default: cuda when available, else cpu),
+    checked to exist on this machine.
+
+    Raises:
+        InputError: a malformed name, or a device this machine lacks.
+    """
+    import torch
+
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise InputError(f"--device must be cpu, cuda, cuda:N or mps, got {name!r}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {name}: CUDA is not available on this machine")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise InputError(f"--device {name}: this machine has CUDA devices 0..{count - 1}")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise InputError(f"--device {name}: MPS is not available on this machine")
+    elif device.type != "cpu":
+        raise InputError(f"--device must be cpu, cuda, cuda:N or mps, got {name!r}")
+    return device
+
+
 def _human(n: int) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:

@@ -183,6 +183,17 @@ def causal_prune_options(lm: LoadedModel, text: str | None) -> Any:
     return options
 
 
+def measure_mode(*, full: bool = False, prune: bool = False, roles_only: bool = False) -> str:
+    """What :func:`build_report` measures for ``--full``, ``--prune`` and ``--roles-only``:
+    ``"full"`` (``--full``, or ``--prune`` without ``--roles-only``), ``"curve"`` (both),
+    ``"roles"`` (``--roles-only`` alone) or ``"quick"`` (none)."""
+    if full or (prune and not roles_only):
+        return "full"
+    if roles_only:
+        return "curve" if prune else "roles"
+    return "quick"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Built:
     """What :func:`build_report` made: the folder, the roles it measured, and a note when the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from headlab.errors import InputError
 
@@ -87,3 +88,21 @@ def resampling_unit(documents: Sequence[str] | None) -> str:
     if documents is None:
         return "items"
     return "documents" if len(set(documents)) >= MIN_RESAMPLED_DOCUMENTS else "items"
+
+
+def small_data_notes(data: dict[str, Any], folds_off: str | None, replicates: int) -> list[str]:
+    """One line for each way the role statistics fell back on small data: no folds by default
+    (``folds_off``, from :func:`no_folds_reason`), and a bootstrap over sentences or GAP rows
+    (``data``: a :class:`~headlab.roles.measure.RoleReport`'s) instead of whole documents."""
+    notes = []
+    if folds_off:
+        stability = "stability is the bootstrap's, and " if replicates else ""
+        notes.append(f"no folds ({folds_off}): {stability}roles are not checked for replication")
+    for name, label, unit in (("treebank", "treebank", "sentences"), ("gap", "GAP", "rows")):
+        if (data.get(name) or {}).get("resampled") == unit:
+            notes.append(
+                f"the bootstrap resamples {label} {unit}, not documents: fewer than "
+                f"{MIN_RESAMPLED_DOCUMENTS} documents; intervals and stability then reflect "
+                "these documents only"
+            )
+    return notes

@@ -243,14 +243,20 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
 
 def test_the_report_draws_the_circuit(run, browser, tmp_path: Path, capsys) -> None:
     """``headlab report --circuit``: the graph as a figure of the report, seen in Chromium;
-    ``--figure`` the same PNG; a file that is not a circuit refused before any measurement."""
-    _, data, page = run
+    ``--figure`` the same PNG; a file that is not a circuit, or a circuit of another model,
+    refused before any measurement."""
+    folder, data, page = run
     assert (page.parent / "circuit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     result = tmp_path / "circuit.json"
     result.write_text(json.dumps(data))
     out = tmp_path / "report"
     report = ["-q", "report", "--out", str(out), "--limit", "8", "--replicates", "0", "--no-gap"]
     report.append("--roles-only")
+    # the default model (MiniLM) is not the one the circuit was found in: refused, nothing written
+    line = _fails([*report, "--circuit", str(result)], capsys)
+    assert "--circuit: measured on" in line and "the report is of" in line
+    assert not out.exists()
+    report += ["--model", str(folder)]
     assert main([*report, "--circuit", str(result)]) == 0
     capsys.readouterr()
     html = (out / "index.html").read_text()
@@ -269,3 +275,85 @@ def test_the_report_draws_the_circuit(run, browser, tmp_path: Path, capsys) -> N
     line = _fails([*report, "--out", str(tmp_path / "r2"), "--circuit", str(bad)], capsys)
     assert "expected the JSON of headlab circuit --json" in line and str(bad) in line
     assert not (tmp_path / "r2").exists()
+
+
+def test_flags_that_would_be_ignored_are_refused(tmp_path: Path, capsys) -> None:
+    """Before any model is loaded: an output path that is a folder, and flags that have no
+    effect with the others given."""
+    found = _jsonl(tmp_path / "find.jsonl", PROMPTS)
+    base = ["circuit", "--model", str(tmp_path / "missing"), "--prompts", str(found)]
+    base += ["--eval-prompts", str(found)]
+    (tmp_path / "page.html").mkdir()
+    line = _fails([*base, "--html", str(tmp_path / "page.html")], capsys)
+    assert "is a folder" in line
+    cases = {
+        "--n": ["--n", "8"],
+        "--eval-n": ["--eval-n", "8"],
+        "--steps": ["--method", "eap", "--steps", "3"],
+        "--roles": ["--no-classes", "--roles", str(found)],
+    }
+    for flag, extra in cases.items():
+        line = _fails([*base, *extra], capsys)
+        assert line.startswith(f"error: {flag} has no effect here") or f"{flag} has no" in line
+
+
+def _circuit(argv: list[str], capsys) -> tuple[dict, str]:
+    assert main(["-q", "circuit", "--json", *argv]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+def test_a_target_no_circuit_reaches_is_said(run, tmp_path: Path, capsys) -> None:
+    """One-edge circuits cannot keep all of the logit difference: the most faithful is kept,
+    the JSON says it did not reach the target and stderr says why; --no-classes names no head
+    (rather than calling every head unexplained)."""
+    folder = run[0]
+    found, held = _jsonl(tmp_path / "f.jsonl", PROMPTS), _jsonl(tmp_path / "h.jsonl", HELD_OUT)
+    argv = ["--model", str(folder), "--prompts", str(found), "--eval-prompts", str(held)]
+    argv += ["--method", "eap", "--no-classes"]
+    data, err = _circuit([*argv, "--sizes", "1,2", "--target", "1.0"], capsys)
+    best = max(p["faithfulness"] for p in data["curve"])
+    assert data["reached"] is False and data["circuit"]["faithfulness"] == best < 1.0
+    assert "no circuit measured reaches 100%" in err and "kept the most faithful" in err
+    assert data["classes"] == {} and all(h["class"] is None for h in data["heads"])
+    assert all(n["class"] is None for n in data["nodes"])
+    data, err = _circuit([*argv, "--target", "0.8"], capsys)  # the full graph is in the curve
+    assert data["reached"] is True and data["circuit"]["faithfulness"] >= 0.8 and err == ""
+    assert all(p["faithfulness"] != 0 or str(p["faithfulness"]) == "0.0" for p in data["curve"])
+
+
+def test_prompts_that_cannot_find_a_circuit_are_refused(run, tmp_path: Path, capsys) -> None:
+    """Discovery prompts whose corruption changes nothing (every score would be 0), and sizes
+    beyond the graph, are refused in one line before any scoring."""
+    folder = run[0]
+    same = [{**p, "corrupt": p["clean"]} for p in PROMPTS]
+    found, held = _jsonl(tmp_path / "same.jsonl", same), _jsonl(tmp_path / "h.jsonl", HELD_OUT)
+    base = ["circuit", "--model", str(folder), "--method", "eap", "--no-classes"]
+    line = _fails([*base, "--prompts", str(found), "--eval-prompts", str(held)], capsys)
+    assert "every corrupted prompt equals its clean one" in line
+    line = _fails([*base, "--prompts", str(held), "--eval-prompts", str(found)], capsys)
+    assert "every corrupted prompt equals its clean one" in line
+    total = build_graph(load(folder, with_lm_head=True)).n_edges
+    argv = [*base, "--prompts", str(held), "--eval-prompts", str(held)]
+    line = _fails([*argv, "--sizes", f"10,{total + 1}"], capsys)
+    assert f"a circuit has 0..{total} edges in this model, got {total + 1}" in line
+
+
+def test_roles_of_another_layout_are_refused(tmp_path: Path) -> None:
+    """A roles run must be of the model's heads: its layout, heads inside it, known roles."""
+    from headlab.errors import InputError
+    from headlab.experiments.circuit import roles_by_head
+
+    def run_of(heads: list, layout: list[int] | None = None) -> dict:
+        data = {"schema": "headlab.roles/1", "model": "m", "heads": heads}
+        return data if layout is None else {**data, "heads_in_layer": layout}
+
+    ok = [{"layer": 1, "head": 3, "role": "induction"}, {"layer": 0, "head": 0, "role": "broad"}]
+    ok.append({"layer": 0, "head": 1, "role": "unclassified"})
+    assert roles_by_head(run_of(ok, [4, 4]), [4, 4]) == {(1, 3): "induction", (0, 0): "broad"}
+    with pytest.raises(InputError, match=r"heads per layer \[12, 12\], the model has \[4, 4\]"):
+        roles_by_head(run_of(ok, [12, 12]), [4, 4])
+    with pytest.raises(InputError, match=r"head 1\.3 is not in the model"):
+        roles_by_head(run_of(ok), [4, 2])
+    with pytest.raises(InputError, match="has role 'name mover', expected one of"):
+        roles_by_head(run_of([{"layer": 0, "head": 0, "role": "name mover"}]), [4, 4])

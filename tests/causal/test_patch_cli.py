@@ -210,6 +210,9 @@ def test_the_report_draws_a_patching_result(
     out = tmp_path / "report"
     report = ["-q", "report", "--out", str(out), "--limit", "8", "--replicates", "0", "--no-gap"]
     report.append("--roles-only")
+    line = _fails([*report, "--patch", str(result)], capsys)  # the default model is another
+    assert "--patch: measured on" in line and not out.exists()
+    report += ["--model", str(folder)]
     assert main([*report, "--patch", str(result)]) == 0
     capsys.readouterr()
     page = (out / "index.html").read_text()

@@ -164,12 +164,17 @@ def test_report_writes_the_ledger_from_result_files(
 ) -> None:
     from headlab.cli import main
     from headlab.experiments.cost import CostOptions, run_cost
+    from headlab.models.names import DEFAULT_MODEL_NAME
 
     cost = run_cost(CostOptions.quick(heads=(1, 8), lengths=(32,), rounds=2, backward=False))
     files = {
         "cost": cost.to_json(),
         "ovm": _binding(0.3, 1.0, (0.5, 0.45)),
-        "prune": {**_pruning([0.0, 1.0, 2.0, 3.0]), "model": "m", "importance": "gradient"},
+        "prune": {
+            **_pruning([0.0, 1.0, 2.0, 3.0]),
+            "model": DEFAULT_MODEL_NAME,  # the report's model: another model's is refused
+            "importance": "gradient",
+        },
     }
     for name, content in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(content))

@@ -64,6 +64,24 @@ class EdgeScores:
     seconds: float
 
 
+def check_differs(task: Task) -> None:
+    """A one-line error for prompts whose corruption changes no token: every score would be 0
+    and faithfulness undefined."""
+    if all(torch.equal(b.clean, b.corrupt) for b in task.batches):
+        raise InputError(
+            f"{task.name}: every corrupted prompt equals its clean one; a circuit needs "
+            "corrupted prompts that change what the model predicts"
+        )
+
+
+def _same_score(task: Task, clean: float, corrupt: float) -> None:
+    if abs(clean - corrupt) < 1e-9:
+        raise InputError(
+            f"{task.name}: the clean and corrupted prompts score the same on average (logit "
+            f"difference {clean:.4g}): faithfulness is undefined"
+        )
+
+
 def _record(
     lm: LoadedModel, graph: Graph, batch: Batch, ids: torch.Tensor
 ) -> tuple[EdgeRun, torch.Tensor]:
@@ -124,6 +142,7 @@ def edge_scores(
     if method == "eap-ig" and steps < 1:
         raise InputError(f"EAP-IG needs at least 1 step, got {steps}")
     check_task(lm, task)
+    check_differs(task)
     graph = graph or build_graph(lm)
     start = time.perf_counter()
     scores = torch.zeros(graph.edges.shape, dtype=torch.float64)
@@ -144,6 +163,7 @@ def edge_scores(
             corrupt_sum += float(corrupt_ld.sum())
             bar.advance(batch.clean.shape[0])
     n = task.n_prompts
+    _same_score(task, clean_sum / n, corrupt_sum / n)
     return EdgeScores(
         model=lm.name,
         task=task.name,
@@ -255,14 +275,12 @@ def faithfulness_curve(
     """
     start = time.perf_counter()
     graph = scores.graph
+    check_task(lm, task)
+    check_differs(task)
     sizes = list(curve_sizes(graph.n_edges) if sizes is None else sizes)
     circuits = cut(graph, scores.scores, sizes, search)
     lds, clean, corrupt = circuit_logit_differences(lm, graph, task, circuits, progress=progress)
-    if abs(clean - corrupt) < 1e-9:
-        raise InputError(
-            f"{task.name}: the clean and corrupted prompts score the same on average (logit "
-            f"difference {clean:.4g}): faithfulness is undefined"
-        )
+    _same_score(task, clean, corrupt)
     faith = [(ld - corrupt) / (clean - corrupt) for ld in lds]
     counts = [int(c.sum()) for c in circuits]
     smallest: dict[float, int | None] = {}

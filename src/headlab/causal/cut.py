@@ -17,6 +17,7 @@ Shape vocabulary: ``S`` senders, ``R`` receivers.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 import torch
 
@@ -111,6 +112,15 @@ def first_edges(graph: Graph, order: list[tuple[int, int]], n: int) -> torch.Ten
 def _check_size(graph: Graph, n: int) -> None:
     if not 0 <= n <= graph.n_edges:
         raise InputError(f"a circuit has 0..{graph.n_edges} edges in this model, got {n}")
+
+
+def check_sizes(graph: Graph, sizes: Sequence[int]) -> None:
+    """A one-line error for a circuit size outside ``0..graph.n_edges``: before any scoring."""
+    bad = [n for n in sizes if not 0 <= n <= graph.n_edges]
+    if bad:
+        raise InputError(
+            f"a circuit has 0..{graph.n_edges} edges in this model, got {', '.join(map(str, bad))}"
+        )
 
 
 def curve_sizes(total: int) -> list[int]:

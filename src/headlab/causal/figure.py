@@ -107,6 +107,10 @@ CLASS_COLOURS = {
     "previous token": "#8c564b",
     "unexplained": "#9e9e9e",
 }
+#: a head whose class was not measured (headlab circuit --no-classes)
+UNNAMED_COLOUR = "#6baed6"
+#: every head carries its name in a circuit of at most this many heads
+LABEL_ALL = 60
 
 
 def _receiver_nodes(name: str, present: set[str], group: list[int]) -> list[str]:
@@ -158,20 +162,32 @@ def write_circuit(data: dict[str, Any], path: str | Path, *, max_edges: int = 40
                 [x0, x1], [y0, y1], color="#e6550d" if e["score"] < 0 else "#3182bd",
                 linewidth=0.3 + 3.0 * abs(e["score"]) / most, alpha=0.45, zorder=1,
             )  # fmt: skip
+    label_all = sum(n["kind"] == "head" for n in nodes) <= LABEL_ALL
     for n in nodes:
         x, y = pos[n["name"]]
         if n["kind"] == "mlp":
             ax.scatter([x], [y], marker="s", s=28, color="#bdbdbd", zorder=2)
             continue
-        colour = CLASS_COLOURS.get(n["class"] or "", "#333333")
+        if n["kind"] == "head":
+            colour = CLASS_COLOURS.get(n["class"], UNNAMED_COLOUR) if n["class"] else UNNAMED_COLOUR
+        else:
+            colour = "#333333"
         ax.scatter([x], [y], s=70 if n["kind"] == "head" else 140, color=colour, zorder=2)
-        if n["kind"] != "head" or n["class"] not in (None, "unexplained"):
-            ax.annotate(n["name"], (x, y), xytext=(5, 3), textcoords="offset points", fontsize=6)
-    classes = [c for c in CLASS_COLOURS if c in data["classes"]]
-    for name in classes:
+        if n["kind"] != "head":  # the ends: their name beside them, clear of the lines
+            ax.annotate(
+                n["name"], (x, y), xytext=(9, 0), textcoords="offset points", fontsize=7,
+                va="center", ha="left",
+            )  # fmt: skip
+        elif label_all or n["class"] not in (None, "unexplained"):
+            ax.annotate(
+                n["name"], (x, y), xytext=(0, 6), textcoords="offset points", fontsize=5.5,
+                va="bottom", ha="center", zorder=3,
+            )  # fmt: skip
+    for colour, meaning in (("#e6550d", "corrupting lowers LD"), ("#3182bd", "raises LD")):
+        ax.plot([], [], color=colour, linewidth=2, label=meaning)
+    for name in (c for c in CLASS_COLOURS if c in data["classes"]):
         ax.scatter([], [], color=CLASS_COLOURS[name], label=name)
-    if classes:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     ax.set_yticks(
         range(top + 1), [str(i) if i % max(1, top // 15) == 0 else "" for i in range(top + 1)]
     )

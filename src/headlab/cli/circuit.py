@@ -4,17 +4,21 @@ its heads named from evidence (:mod:`headlab.experiments.circuit`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
+from headlab.causal.metric import IG_STEPS
 from headlab.cli._args import integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, emit_json
 from headlab.cli._progress import progress_for
-from headlab.errors import InputError
+from headlab.errors import DataFormatError, InputError
 from headlab.models.names import DECODER
 
 TASKS = ("ioi", "induction")
+#: built-in prompts drawn by default
+N_PROMPTS = 24
 
 
 def _sizes(value: str) -> list[int]:
@@ -70,8 +74,10 @@ def add_parser(sub: Any) -> None:
         help="held-out prompts to measure on (default with --task: the task's held-out part, "
         "names and words the discovery prompts never use)",
     )
-    p.add_argument("--n", type=integer(1, 100_000), default=24, help="built-in prompts (24)")
-    p.add_argument("--eval-n", type=integer(1, 100_000), help="held-out prompts (default --n)")
+    p.add_argument("--n", type=integer(1, 100_000), help=f"built-in prompts ({N_PROMPTS})")
+    p.add_argument(
+        "--eval-n", type=integer(1, 100_000), help="built-in held-out prompts (default --n)"
+    )
     p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="their seed (default 0)")
     p.add_argument(
         "--method",
@@ -80,7 +86,7 @@ def add_parser(sub: Any) -> None:
         help="eap-ig: gradients averaged over --steps points from the corrupted to the clean "
         "embeddings (default; Hanna et al. 2024); eap: at the clean run (Syed et al. 2023)",
     )
-    p.add_argument("--steps", type=integer(1, 100), default=5, help="eap-ig's points (5)")
+    p.add_argument("--steps", type=integer(1, 100), help=f"eap-ig's points ({IG_STEPS})")
     p.add_argument(
         "--search",
         choices=("greedy", "top"),
@@ -118,15 +124,40 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+#: flags that only mean something beside another: (flag, its value, why it is ignored)
+def _unused(args: argparse.Namespace) -> list[tuple[str, str]]:
+    return [
+        (flag, reason)
+        for flag, given, reason in (
+            ("--n", args.n is not None and args.prompts, "--prompts gives the prompts"),
+            (
+                "--eval-n",
+                args.eval_n is not None and args.eval_prompts,
+                "--eval-prompts gives them",
+            ),
+            ("--steps", args.steps is not None and args.method == "eap", "--method eap has none"),
+            ("--roles", args.roles and args.no_classes, "--no-classes names no head"),
+        )
+        if given
+    ]
+
+
 def _check(args: argparse.Namespace) -> None:
-    for flag, value, suffix in (("--html", args.html, ".html"), ("--figure", args.figure, ".png")):
+    outputs = [("--html", args.html, ".html"), ("--figure", args.figure, ".png")]
+    for flag, value, suffix in outputs:
         if value is None:
             continue
         path = Path(value)
         if path.suffix.lower() != suffix:
             raise InputError(f"{flag} {value}: expected a {suffix} file")
+        if path.is_dir():
+            raise InputError(f"{flag} {value}: is a folder; expected a {suffix} file")
         if not path.parent.is_dir():
             raise InputError(f"{flag} {value}: folder {path.parent} does not exist")
+    if args.html and args.figure and Path(args.html).resolve() == Path(args.figure).resolve():
+        raise InputError("--html and --figure name the same file")
+    for flag, reason in _unused(args):
+        raise InputError(f"{flag} has no effect here: {reason}")
     if args.prompts and not args.eval_prompts:
         raise InputError(
             "--prompts finds the circuit; add --eval-prompts FILE.jsonl to measure it on "
@@ -157,23 +188,23 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None:
         args.model = DECODER
     lm = load_model(args, with_lm_head=True)
-    name = args.task or "ioi"
-    task = as_task(lm, args.prompts or name, n=args.n, seed=args.seed)
+    name, n = args.task or "ioi", args.n or N_PROMPTS
+    task = as_task(lm, args.prompts or name, n=n, seed=args.seed)
     if args.eval_prompts:
         held = as_task(lm, args.eval_prompts)
     else:
         drawn = builtin_prompts(
-            name, lm.tokenizer, args.eval_n or args.n, seed=args.seed, part="held-out"
+            name, lm.tokenizer, args.eval_n or n, seed=args.seed, part="held-out"
         )
         held = encode_task(lm.tokenizer, drawn, name=f"{name} held-out")
-    roles, roles_from = _roles(args, lm.name)
+    roles, roles_from = _roles(args, lm)
     with progress_for(args, "headlab circuit") as progress:
         result = find_circuit(
             lm,
             task,
             held,
             method=args.method,
-            steps=args.steps,
+            steps=args.steps or IG_STEPS,
             search=args.search,
             sizes=args.sizes,
             target=args.target,
@@ -182,15 +213,26 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
         )
     data = {**result.to_json(), "roles_from": roles_from}
+    if not result.reached:
+        print(
+            f"headlab circuit: no circuit measured reaches {args.target:.0%} of the logit "
+            f"difference; kept the most faithful, {data['circuit']['edges']} edges at "
+            f"{data['circuit']['faithfulness']:.1%} (try more --sizes)",
+            file=sys.stderr,
+        )
+    page = None
     if args.html:
-        from headlab.outputs import write_text_atomic
         from headlab.page.circuit import circuit_html
 
-        write_text_atomic(args.html, circuit_html(data))
+        page = circuit_html(data)  # built before any file is written
     if args.figure:
         from headlab.causal.figure import write_circuit
 
         write_circuit(data, args.figure)
+    if page is not None:
+        from headlab.outputs import write_text_atomic
+
+        write_text_atomic(args.html, page)
     if args.json:
         emit_json(data)
     else:
@@ -198,21 +240,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _roles(args: argparse.Namespace, model: str) -> tuple[Any, str | None]:
-    """The roles run given, else the model's cached one (``None`` without either)."""
+def _roles(args: argparse.Namespace, lm: Any) -> tuple[Any, str | None]:
+    """The roles run given, else the model's cached one (``None`` without either), checked
+    against the model's heads."""
     from headlab.experiments.circuit import roles_by_head
     from headlab.roles.results import read_roles_json
     from headlab.roles.workflow import cached_roles_path
 
-    path = Path(args.roles) if args.roles else cached_roles_path(model)
+    path = Path(args.roles) if args.roles else cached_roles_path(lm.name)
     if args.no_classes or not path.is_file():
         return None, None
     try:
-        return roles_by_head(read_roles_json(path)), str(path)
-    except InputError:
+        data = read_roles_json(path)
+        roles = roles_by_head(data, list(lm.layout.heads_per_layer))
+    except (InputError, DataFormatError) as exc:
         if args.roles:
-            raise
-        return None, None  # a cached run that cannot be read is no evidence
+            raise InputError(f"--roles {path}: {exc}") from None
+        return None, None  # a cached run that cannot be read, or of another model: no evidence
+    if data["model"] != lm.name:
+        print(
+            f"headlab circuit: --roles {path} was measured on {data['model']!r}, the model is "
+            f"{lm.name!r}; its heads match in number, so its roles are used",
+            file=sys.stderr,
+        )
+    return roles, str(path)
 
 
 def _print(data: dict[str, Any], top: int) -> None:

@@ -38,9 +38,11 @@ from headlab.causal.circuit import (
     EdgeMethod,
     EdgeScores,
     Search,
+    check_differs,
     edge_scores,
     faithfulness_curve,
 )
+from headlab.causal.cut import check_sizes
 from headlab.causal.dla import direct_logit_attribution
 from headlab.causal.figure import CLASS_COLOURS
 from headlab.causal.graph import build_graph
@@ -50,6 +52,7 @@ from headlab.errors import InputError
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.progress import NO_PROGRESS, Progress
+from headlab.roles.classify import ROLES, UNCLASSIFIED
 
 #: the classes, in the order a head is checked against them
 CLASSES = (
@@ -103,8 +106,8 @@ class CircuitResult:
         scores: every edge's score on the discovery prompts.
         curve: faithfulness against size on the held-out prompts; ``chosen`` the index of the
             circuit kept (the smallest reaching ``target``).
-        heads: per head in the circuit, its class and evidence (empty classes where the prompts
-            are not IOI-shaped).
+        heads: per head in the circuit, its class and evidence (``unexplained`` where the prompts
+            are not IOI-shaped, ``None`` where classes were not asked for).
     """
 
     scores: EdgeScores
@@ -118,6 +121,11 @@ class CircuitResult:
     seconds: float
 
     @property
+    def reached(self) -> bool:
+        """Whether the circuit kept reaches ``target`` (else it is the most faithful measured)."""
+        return self.curve.faithfulness[self.chosen] >= self.target
+
+    @property
     def circuit(self) -> torch.Tensor:
         """bool ``(S, R)``: the edges of the circuit kept."""
         return self.curve.circuits[self.chosen]
@@ -125,7 +133,8 @@ class CircuitResult:
     def classes(self) -> dict[str, list[list[int]]]:
         out: dict[str, list[list[int]]] = {name: [] for name in CLASSES}
         for (layer, head), info in sorted(self.heads.items()):
-            out[info["class"]].append([layer, head])
+            if info["class"] is not None:
+                out[info["class"]].append([layer, head])
         return {name: heads for name, heads in out.items() if heads}
 
     def to_json(self) -> dict[str, Any]:
@@ -148,7 +157,8 @@ class CircuitResult:
         def point(i: int | None) -> dict[str, Any] | None:
             if i is None:
                 return None
-            return {"edges": c.edges[i], "faithfulness": round(c.faithfulness[i], 4)}
+            # + 0.0: a faithfulness that rounds to zero from below reads 0.0, not -0.0
+            return {"edges": c.edges[i], "faithfulness": round(c.faithfulness[i], 4) + 0.0}
 
         return {
             "schema": "headlab.circuit/1",
@@ -173,6 +183,8 @@ class CircuitResult:
             "smallest": {str(t): point(c.smallest[t]) for t in TARGETS},
             "target": self.target,
             "circuit": point(self.chosen),
+            # false: no circuit measured reached the target; "circuit" is the most faithful
+            "reached": self.reached,
             "nodes": nodes,
             "edges": edges,
             "classes": self.classes(),
@@ -343,14 +355,41 @@ def _classify(
     return out
 
 
-def roles_by_head(data: dict[str, Any]) -> dict[tuple[int, int], str]:
+def roles_by_head(
+    data: dict[str, Any], heads_per_layer: list[int] | None = None
+) -> dict[tuple[int, int], str]:
     """``{(layer, head): role}`` of a ``headlab roles --json`` run, its unclassified heads
-    left out."""
-    return {
-        (int(h["layer"]), int(h["head"])): str(h["role"])
-        for h in data["heads"]
-        if h.get("role") not in (None, "unclassified")
-    }
+    left out; with ``heads_per_layer`` (the model's), checked to be a run of that layout.
+
+    Raises:
+        InputError: a run of another head layout, a head outside it, an unknown role.
+    """
+    what = f"roles run of {data.get('model')!r}"
+    if heads_per_layer is not None:
+        theirs = data.get("heads_in_layer")
+        if theirs is not None and list(theirs) != list(heads_per_layer):
+            raise InputError(
+                f"{what}: heads per layer {list(theirs)}, the model has {list(heads_per_layer)}"
+                ": give the roles run of this model"
+            )
+    out: dict[tuple[int, int], str] = {}
+    for h in data["heads"]:
+        try:
+            layer, head, role = int(h["layer"]), int(h["head"]), h.get("role")
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{what}: each head needs an integer layer and head") from None
+        if heads_per_layer is not None and not (
+            0 <= layer < len(heads_per_layer) and 0 <= head < heads_per_layer[layer]
+        ):
+            raise InputError(f"{what}: head {layer}.{head} is not in the model")
+        if role is not None and role != UNCLASSIFIED and role not in ROLES:
+            raise InputError(
+                f"{what}: head {layer}.{head} has role {role!r}, expected one of "
+                f"{', '.join(ROLES)} or {UNCLASSIFIED}"
+            )
+        if role not in (None, UNCLASSIFIED):
+            out[(layer, head)] = str(role)
+    return out
 
 
 def circuit_heads(result_scores: EdgeScores, circuit: torch.Tensor) -> list[tuple[int, int]]:
@@ -427,26 +466,36 @@ def find_circuit(
     """Score every edge on ``task``, measure circuits of growing size on ``eval_task``, keep
     the smallest reaching ``target`` and name its heads' classes (with ``classes``).
 
+    Without ``classes`` every head's class is ``None`` (not named, rather than unexplained).
+    If no circuit measured reaches ``target``, the most faithful is kept and
+    :attr:`CircuitResult.reached` is false.
+
     Raises:
-        InputError: ``target`` outside (0, 1]; what the steps below raise.
+        InputError: ``target`` outside (0, 1], a size outside ``0..edges``; what the steps
+            below raise.
     """
     if not 0.0 < target <= 1.0:
         raise InputError(f"target must be a share in (0, 1], got {target}")
     start = time.perf_counter()
     progress = progress or NO_PROGRESS
-    scores = edge_scores(lm, task, method=method, steps=steps, progress=progress)
+    graph = build_graph(lm)
+    check_differs(task)  # both sets of prompts and the sizes checked before minutes of scoring
+    check_differs(eval_task)
+    if sizes is not None:
+        check_sizes(graph, sizes)
+    scores = edge_scores(lm, task, method=method, steps=steps, graph=graph, progress=progress)
     curve = faithfulness_curve(lm, scores, eval_task, sizes=sizes, search=search, progress=progress)
     reached = [i for i, f in enumerate(curve.faithfulness) if f >= target]
     chosen = (
         min(reached, key=lambda i: curve.edges[i])
         if reached
-        else max(range(len(curve.edges)), key=lambda i: curve.faithfulness[i])
+        else max(range(len(curve.edges)), key=lambda i: (curve.faithfulness[i], -curve.edges[i]))
     )
     heads = circuit_heads(scores, curve.circuits[chosen])
     info, shaped = (
         head_classes(lm, task, heads, roles=roles, progress=progress)
         if classes
-        else ({h: {"class": "unexplained"} for h in heads}, False)
+        else ({h: {"class": None} for h in heads}, False)
     )
     return CircuitResult(
         scores=scores,

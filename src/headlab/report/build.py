@@ -121,6 +121,26 @@ def read_inputs(
     )
 
 
+def check_models(inputs: ReportInputs, model: str) -> None:
+    """A one-line error for a file given to the report that was measured on another model
+    than the report's.
+
+    Raises:
+        InputError: the first such file, with both names.
+    """
+    given = {
+        "--pruning": inputs.pruning,
+        "--patch": inputs.patching,
+        "--circuit": inputs.circuit,
+    }
+    for flag, data in given.items():
+        if data is not None and data.get("model") != model:
+            raise InputError(
+                f"{flag}: measured on {data.get('model')!r}, the report is of {model!r}; "
+                f"give the model with --model, or a result of {model!r}"
+            )
+
+
 def default_folder(model: str | None) -> str:
     """Where a report goes by default: the decoder's page beside the encoder's."""
     return DECODER_FOLDER if model == DECODER else ENCODER_FOLDER
@@ -229,6 +249,7 @@ def build_report(
     """
     from headlab.report import write_report
 
+    check_models(inputs, lm.name)
     if sentences is None:
         sentences, word = viewer_sentences(lm.causal, word=word)
     word = word or (DECODER_FOCUS if lm.causal else LESSON_WORD)

@@ -2,11 +2,21 @@
 // bottom to top, each head a node coloured by its class, each edge as wide as its |score|.
 const data = JSON.parse(document.getElementById("data").textContent);
 const CLASS_COLOURS = data.class_colours;  // one palette, shared with the PNG figure
-const MLP_COLOUR = "#bdbdbd", END_COLOUR = "#333";
+const MLP_COLOUR = "#bdbdbd", END_COLOUR = "#333", UNNAMED_COLOUR = "#6baed6";
+// heads are named when classes were measured (headlab circuit without --no-classes)
+const NAMED = data.nodes.some((n) => n.kind === "head" && n.class) || Object.keys(data.classes).length > 0;
+// every head carries its name when there are few; else the heads a class explains
+const LABEL_ALL = data.nodes.filter((n) => n.kind === "head").length <= 60;
 
 function nodeColour(n) {
-  if (n.kind === "head") return CLASS_COLOURS[n.class] || CLASS_COLOURS.unexplained;
+  if (n.kind === "head") return n.class ? CLASS_COLOURS[n.class] || CLASS_COLOURS.unexplained : UNNAMED_COLOUR;
   return n.kind === "mlp" ? MLP_COLOUR : END_COLOUR;
+}
+
+// a number with ``digits`` decimals, or two significant digits where those would read 0
+function num(v, digits) {
+  if (v !== 0 && Math.abs(v) < Math.pow(10, -digits)) return Number(v).toPrecision(2);
+  return fmt(v, digits);
 }
 
 function layout() {
@@ -71,7 +81,8 @@ function drawGraph() {
     mark.appendChild(svgEl("title", {}, n.name + (n.class ? " \u2014 " + n.class : "")));
     nodeLayer.appendChild(mark);
     // names on the ends and on the heads a class explains; every node has its title on hover
-    if (n.kind !== "mlp" && !(n.kind === "head" && (n.class === "unexplained" || !n.class))) {
+    const explained = n.class && n.class !== "unexplained";
+    if (n.kind !== "mlp" && (n.kind !== "head" || explained || LABEL_ALL)) {
       const below = n.kind === "embed";
       nodeLayer.appendChild(svgEl("text", { x: p.x + (n.kind === "head" ? 10 : 0), y: below ? p.y + 22 : p.y + (n.kind === "head" ? 3 : -13),
         "text-anchor": n.kind === "head" ? "start" : "middle", "font-size": 9, fill: "#222", class: "node-name" }, n.name));
@@ -88,6 +99,14 @@ function drawGraph() {
 
 function drawLegend() {
   const box = document.getElementById("legend");
+  [["#e6550d", "edge whose corruption lowers the logit difference"], ["#3182bd", "raises it"]].forEach((pair) => {
+    const item = el("span", { class: "edge-key" });
+    const bar = el("b");
+    bar.style.background = pair[0];
+    item.appendChild(bar);
+    item.appendChild(document.createTextNode(pair[1]));
+    box.appendChild(item);
+  });
   const present = new Set(data.nodes.filter((n) => n.kind === "head").map((n) => n.class));
   Object.keys(CLASS_COLOURS).filter((c) => present.has(c)).forEach((c) => {
     const item = el("span", { "data-class": c });
@@ -120,6 +139,12 @@ function drawCurve() {
   svg.appendChild(svgEl("text", { x: (W + m.l) / 2, y: H - 6, "text-anchor": "middle", "font-size": 11 }, "edges kept (log scale)"));
   svg.appendChild(svgEl("text", { x: 12, y: (H - m.b) / 2, "font-size": 11, transform: "rotate(-90 12 " + (H - m.b) / 2 + ")", "text-anchor": "middle" }, "faithfulness"));
   [0, 0.5, 1].forEach((f) => svg.appendChild(svgEl("text", { x: m.l - 4, y: ly(f) + 4, "font-size": 10, "text-anchor": "end" }, f)));
+  [0.8, 0.9].forEach((t) => svg.appendChild(svgEl("text", { x: W - m.r, y: ly(t) - 2, "font-size": 9, fill: "#777", "text-anchor": "end", class: "target" }, (100 * t) + "%")));
+  for (let e = 1; e <= Math.max(10, data.edges_total); e *= 10) {  // a tick at each power of ten
+    svg.appendChild(svgEl("line", { x1: lx(e), x2: lx(e), y1: H - m.b, y2: H - m.b + 4, stroke: "#999" }));
+    svg.appendChild(svgEl("text", { x: lx(e), y: H - m.b + 14, "font-size": 9, "text-anchor": "middle", class: "tick" },
+      e >= 1000 ? e / 1000 + "k" : String(e)));
+  }
   document.getElementById("curve").appendChild(svg);
 }
 
@@ -137,11 +162,14 @@ function table(head, rows) {
 }
 
 function drawTables() {
+  const classes = document.getElementById("classes");
+  if (!NAMED) {
+    classes.appendChild(el("p", { class: "muted" }, "Heads not named: run headlab circuit without --no-classes to measure their classes."));
+  }
   const named = (c) => data.classes[c].map((h) => h[0] + "." + h[1]).join(", ");
   const rows = Object.keys(data.classes).filter((c) => c !== "unexplained").map((c) => [c, named(c)]);
-  const classes = document.getElementById("classes");
   const none = (data.classes.unexplained || []).length;
-  classes.appendChild(rows.length ? table(["class", "heads"], rows) : el("p", { class: "muted" }, "No head of the circuit is named by a class."));
+  if (NAMED) classes.appendChild(rows.length ? table(["class", "heads"], rows) : el("p", { class: "muted" }, "No head of the circuit is named by a class."));
   if (none) {
     const more = el("details", { id: "unexplained" });
     more.appendChild(el("summary", {}, none + " heads of the circuit unexplained"));
@@ -153,7 +181,7 @@ function drawTables() {
     const list = el("ul", { class: "muted" });
     Object.keys(rules).forEach((c) => list.appendChild(el("li", {}, c + ": " + rules[c])));
     classes.appendChild(list);
-  } else {
+  } else if (NAMED) {
     classes.appendChild(el("p", { class: "muted" }, "The prompts are not IOI-shaped: heads are not named by the IOI paper's classes."));
   }
   document.getElementById("edges").appendChild(table(["sender", "receiver", "score"],
@@ -162,9 +190,10 @@ function drawTables() {
 
 const c = data.circuit;
 document.getElementById("summary").textContent = data.method.toUpperCase() + (data.steps ? " (" + data.steps + " steps)" : "") +
-  " edge scores on " + data.n_prompts + " prompts (logit difference " + fmt(data.clean, 2) + " clean, " + fmt(data.corrupt, 2) +
+  " edge scores on " + data.n_prompts + " prompts (logit difference " + num(data.clean, 2) + " clean, " + num(data.corrupt, 2) +
   " corrupted); measured on " + data.n_eval_prompts + " held-out prompts (" + data.eval_task + "): the circuit kept has " +
-  c.edges + " of " + data.edges_total + " edges and keeps " + fmt(100 * c.faithfulness, 1) + "% of the logit difference.";
+  c.edges + " of " + data.edges_total + " edges and keeps " + num(100 * c.faithfulness, 1) + "% of the logit difference" +
+  (data.reached === false ? ": no circuit measured reached " + Math.round(100 * data.target) + "%, so the most faithful is kept." : ".");
 drawGraph();
 drawLegend();
 drawCurve();

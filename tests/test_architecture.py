@@ -21,6 +21,7 @@ FLOORS = {
     "errors": 0,
     "cache": 0,
     "outputs": 0,
+    "text": 0,
     "progress": 1,
     "layout": 1,
     "datasets": 1,

@@ -317,6 +317,12 @@ def test_a_target_no_circuit_reaches_is_said(run, tmp_path: Path, capsys) -> Non
     assert "no circuit measured reaches 100%" in err and "kept the most faithful" in err
     assert data["classes"] == {} and all(h["class"] is None for h in data["heads"])
     assert all(n["class"] is None for n in data["nodes"])
+    from headlab.experiments.circuit import circuit_text  # what is printed without --json
+
+    printed = [p for p in circuit_text(data, top=3) if isinstance(p, str)]
+    assert f"the circuit kept: {data['circuit']['edges']} of {data['edges_total']} edges" in (
+        " ".join(printed)
+    )
     data, err = _circuit([*argv, "--target", "0.8"], capsys)  # the full graph is in the curve
     assert data["reached"] is True and data["circuit"]["faithfulness"] >= 0.8 and err == ""
     assert all(p["faithfulness"] != 0 or str(p["faithfulness"]) == "0.0" for p in data["curve"])

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
+
+from headlab.text import Part, human_bytes, human_count
+
+__all__ = ["console", "emit_json", "human_bytes", "human_count", "show"]
 
 
 def emit_json(data: Any) -> None:
@@ -29,24 +34,26 @@ def console() -> Any:
     return Console(highlight=False, width=width)
 
 
-def human_bytes(n: float) -> str:
-    """``131072`` -> ``"128.0 KiB"``."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
+def show(parts: Iterable[Part], out: Any = None) -> None:
+    """Print what the library built for a person (:mod:`headlab.text`): each table through
+    rich, each line as it is (rich markup in it is read as markup)."""
+    from rich.table import Table
 
-
-def human_count(n: float) -> str:
-    """``1342177280`` -> ``"1.34 G"``."""
-    value = float(n)
-    for unit in ("", " k", " M", " G", " T"):
-        if abs(value) < 1000 or unit == " T":
-            return f"{value:.0f}" if unit == "" else f"{value:.2f}{unit}"
-        value /= 1000
-    raise AssertionError("unreachable")  # pragma: no cover
+    out = out or console()
+    for part in parts:
+        if isinstance(part, str):
+            out.print(part)
+            continue
+        t = Table(title=part.title, caption=part.caption)
+        for i, name in enumerate(part.columns):
+            t.add_column(
+                name,
+                justify="right" if i in part.right else "left",
+                overflow="fold" if i in part.fold else "ellipsis",
+            )
+        for row in part.rows:
+            t.add_row(*row)
+        out.print(t)
 
 
 def data_notes(prog: str, data: dict[str, Any], folds_off: str | None, replicates: int) -> None:

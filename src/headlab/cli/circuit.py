@@ -11,7 +11,7 @@ from typing import Any
 from headlab.causal.metric import IG_STEPS
 from headlab.cli._args import integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
-from headlab.cli._output import console, emit_json
+from headlab.cli._output import emit_json, show
 from headlab.cli._progress import progress_for
 from headlab.errors import DataFormatError, InputError
 from headlab.models.names import DECODER
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     from headlab.causal.generators import builtin_prompts
     from headlab.causal.patching import as_task
     from headlab.causal.tasks import encode_task
-    from headlab.experiments.circuit import find_circuit
+    from headlab.experiments.circuit import circuit_text, find_circuit
 
     if args.model is None:
         args.model = DECODER
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(data)
     else:
-        _print(data, args.top)
+        show(circuit_text(data, args.top))
     return 0
 
 
@@ -264,42 +264,3 @@ def _roles(args: argparse.Namespace, lm: Any) -> tuple[Any, str | None]:
             file=sys.stderr,
         )
     return roles, str(path)
-
-
-def _print(data: dict[str, Any], top: int) -> None:
-    from rich.table import Table
-
-    out = console()
-    c = data["circuit"]
-    out.print(
-        f"{data['method']} edge scores of {data['model']} on {data['task']} ({data['n_prompts']} "
-        f"prompts, logit difference {data['clean']:.3f} clean, {data['corrupt']:.3f} corrupt); "
-        f"measured on {data['n_eval_prompts']} held-out prompts ({data['eval_task']}) in "
-        f"{data['seconds']:.0f} s"
-    )
-    curve = Table(title="faithfulness against circuit size (held-out prompts)")
-    curve.add_column("edges", justify="right")
-    curve.add_column("faithfulness", justify="right")
-    for point in data["curve"]:
-        curve.add_row(str(point["edges"]), f"{point['faithfulness']:.3f}")
-    out.print(curve)
-    for share, point in data["smallest"].items():
-        reached = "none measured" if point is None else f"{point['edges']} edges"
-        out.print(f"smallest circuit reaching {float(share):.0%}: {reached}")
-    out.print(
-        f"the circuit kept: {c['edges']} of {data['edges_total']} edges, "
-        f"{c['faithfulness']:.1%} of the logit difference, {len(data['nodes'])} nodes"
-    )
-    if data["classes"]:
-        classes = Table(title="its heads, by class (evidence in --json)")
-        classes.add_column("class")
-        classes.add_column("heads")
-        for name, heads in data["classes"].items():
-            classes.add_row(name, ", ".join(f"{la}.{h}" for la, h in heads))
-        out.print(classes)
-    edges = Table(title=f"its {top} strongest edges")
-    for column in ("sender", "receiver", "score"):
-        edges.add_column(column, justify="right" if column == "score" else "left")
-    for e in data["edges"][:top]:
-        edges.add_row(e["sender"], e["receiver"], f"{e['score']:+.4f}")
-    out.print(edges)

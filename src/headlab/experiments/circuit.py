@@ -53,6 +53,7 @@ from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.roles.classify import ROLES, UNCLASSIFIED
+from headlab.text import Part, table
 
 #: the classes, in the order a head is checked against them
 CLASSES = (
@@ -508,3 +509,41 @@ def find_circuit(
         ioi_shaped=shaped,
         seconds=time.perf_counter() - start,
     )
+
+
+def circuit_text(data: dict[str, Any], top: int = 15) -> list[Part]:
+    """What ``headlab circuit`` prints of its JSON (:meth:`CircuitResult.to_json`): the run,
+    the faithfulness curve, the circuit kept, its heads by class and its ``top`` edges."""
+    c = data["circuit"]
+    out: list[Part] = [
+        f"{data['method']} edge scores of {data['model']} on {data['task']} ({data['n_prompts']} "
+        f"prompts, logit difference {data['clean']:.3f} clean, {data['corrupt']:.3f} corrupt); "
+        f"measured on {data['n_eval_prompts']} held-out prompts ({data['eval_task']}) in "
+        f"{data['seconds']:.0f} s",
+        table(
+            ("edges", "faithfulness"),
+            [(str(p["edges"]), f"{p['faithfulness']:.3f}") for p in data["curve"]],
+            title="faithfulness against circuit size (held-out prompts)",
+            right=(0, 1),
+        ),
+    ]
+    for share, point in data["smallest"].items():
+        reached = "none measured" if point is None else f"{point['edges']} edges"
+        out.append(f"smallest circuit reaching {float(share):.0%}: {reached}")
+    out.append(
+        f"the circuit kept: {c['edges']} of {data['edges_total']} edges, "
+        f"{c['faithfulness']:.1%} of the logit difference, {len(data['nodes'])} nodes"
+    )
+    if data["classes"]:
+        rows = [
+            (name, ", ".join(f"{la}.{h}" for la, h in heads))
+            for name, heads in data["classes"].items()
+        ]
+        out.append(
+            table(("class", "heads"), rows, title="its heads, by class (evidence in --json)")
+        )
+    rows = [(e["sender"], e["receiver"], f"{e['score']:+.4f}") for e in data["edges"][:top]]
+    out.append(
+        table(("sender", "receiver", "score"), rows, title=f"its {top} strongest edges", right=(2,))
+    )
+    return out

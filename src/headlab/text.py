@@ -8,6 +8,7 @@ the printer's business.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -38,13 +39,13 @@ Part = TextTable | str
 
 
 def table(
-    columns: tuple[str, ...] | list[str],
-    rows: list[tuple[str, ...]] | list[list[str]],
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
     *,
     title: str | None = None,
     caption: str | None = None,
-    right: tuple[int, ...] | list[int] = (),
-    fold: tuple[int, ...] | list[int] = (),
+    right: Iterable[int] = (),
+    fold: Iterable[int] = (),
 ) -> TextTable:
     """A :class:`TextTable` from lists (each cell converted to ``str``)."""
     return TextTable(

@@ -319,10 +319,11 @@ def test_a_target_no_circuit_reaches_is_said(run, tmp_path: Path, capsys) -> Non
     assert all(n["class"] is None for n in data["nodes"])
     from headlab.experiments.circuit import circuit_text  # what is printed without --json
 
-    printed = [p for p in circuit_text(data, top=3) if isinstance(p, str)]
-    assert f"the circuit kept: {data['circuit']['edges']} of {data['edges_total']} edges" in (
-        " ".join(printed)
-    )
+    parts = circuit_text(data, top=3)
+    printed = " ".join(p for p in parts if isinstance(p, str))
+    assert f"the circuit kept: {data['circuit']['edges']} of {data['edges_total']} edges" in printed
+    edges = next(p for p in parts if not isinstance(p, str) and p.columns[0] == "sender")
+    assert [r[0] for r in edges.rows] == [e["sender"] for e in data["edges"][:3]]
     data, err = _circuit([*argv, "--target", "0.8"], capsys)  # the full graph is in the curve
     assert data["reached"] is True and data["circuit"]["faithfulness"] >= 0.8 and err == ""
     assert all(p["faithfulness"] != 0 or str(p["faithfulness"]) == "0.0" for p in data["curve"])

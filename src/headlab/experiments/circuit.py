@@ -542,8 +542,10 @@ def circuit_text(data: dict[str, Any], top: int = 15) -> list[Part]:
         out.append(
             table(("class", "heads"), rows, title="its heads, by class (evidence in --json)")
         )
-    rows = [(e["sender"], e["receiver"], f"{e['score']:+.4f}") for e in data["edges"][:top]]
+    edges = [(e["sender"], e["receiver"], f"{e['score']:+.4f}") for e in data["edges"][:top]]
     out.append(
-        table(("sender", "receiver", "score"), rows, title=f"its {top} strongest edges", right=(2,))
+        table(
+            ("sender", "receiver", "score"), edges, title=f"its {top} strongest edges", right=(2,)
+        )
     )
     return out

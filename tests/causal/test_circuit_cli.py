@@ -364,3 +364,10 @@ def test_roles_of_another_layout_are_refused(tmp_path: Path) -> None:
         roles_by_head(run_of(ok), [4, 2])
     with pytest.raises(InputError, match="has role 'name mover', expected one of"):
         roles_by_head(run_of([{"layer": 0, "head": 0, "role": "name mover"}]), [4, 4])
+
+
+def test_the_cli_default_steps_are_the_librarys() -> None:
+    from headlab.causal.metric import IG_STEPS
+    from headlab.cli import circuit
+
+    assert circuit.IG_STEPS == IG_STEPS

@@ -21,9 +21,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headlab.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from headlab.layout.sheet import NamedConfig
 
 #: the default encoder's key, display name, and the other names it goes by
 DEFAULT = "minilm"
@@ -213,3 +216,17 @@ def kv_dtype(name: str, config: dict[str, Any]) -> str:
         return _CONFIG_DTYPES[str(named)]
     loaded = resolve(name).bundled or Path(name).expanduser().exists()
     return "fp32" if loaded or name.lower().endswith(".gguf") else "bf16"
+
+
+def named_config(name: str, *, full: bool = False) -> NamedConfig:
+    """``name`` as ``headlab spec`` reads it: its display name and config (:func:`config_of`)
+    and the dtype it loads in (:func:`kv_dtype`); ``full``: the default model's whole
+    config.json from its package, not the catalog's attention fields (a memory plan counts
+    every weight)."""
+    from headlab.layout import read_config
+    from headlab.layout.sheet import NamedConfig
+
+    label, config = config_of(name)
+    if full and label == DEFAULT_MODEL_NAME:
+        config = read_config(default_model_path())
+    return NamedConfig(label=label, config=config, dtype=kv_dtype(name, config))

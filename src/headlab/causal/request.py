@@ -1,15 +1,48 @@
-"""A patching request checked before any work: the options that go together, the output
-paths, and a model that reads next-token logits (told from its name, not loaded).
+"""The requests of ``headlab patch`` and ``headlab compose``, checked before any work (the options
+that go together, the output paths, a model that reads next-token logits, told from its name
+and not loaded), and the runs they ask for.
 
-``headlab patch`` calls :func:`check_request` and :func:`check_model`, then loads the model and
-runs :func:`headlab.causal.patching.run_patching` (or DLA, or path patching).
+``headlab patch`` builds a :class:`PatchRequest` (its checks run then), loads the model, draws
+the prompts (:func:`patch_task`) and calls :func:`run_patch`: activation or gradient patching,
+direct logit attribution, or path patching. ``headlab compose`` builds a
+:class:`ComposeRequest` and calls :func:`run_compose`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from headlab.causal.metric import IG_STEPS
 from headlab.errors import InputError
+from headlab.models.names import DECODER
+from headlab.progress import NO_PROGRESS, Progress
+
+if TYPE_CHECKING:
+    from headlab.causal.composition import CompositionScores
+    from headlab.causal.tasks import Task
+    from headlab.models.loading import LoadedModel
+
+
+def check_outputs(outputs: Iterable[tuple[str, str | None, str]]) -> None:
+    """Check each output ``(flag, path, suffix)`` given: its suffix, not a folder, in a folder
+    that exists.
+
+    Raises:
+        InputError: one line naming the flag and the path.
+    """
+    for flag, value, suffix in outputs:
+        if value is None:
+            continue
+        where = Path(value)
+        if where.suffix.lower() != suffix:
+            raise InputError(f"{flag} {value}: expected a {suffix} file")
+        if where.is_dir():
+            raise InputError(f"{flag} {value}: is a folder; expected a {suffix} file")
+        if not where.parent.is_dir():
+            raise InputError(f"{flag} {value}: folder {where.parent} does not exist")
 
 
 def check_request(
@@ -25,25 +58,16 @@ def check_request(
     csv_out: str | None = None,
     csv: bool = False,
 ) -> None:
-    """Check the output paths (``write``, ``figure``, ``csv_out``: suffix and folder) and that
-    the options go together: a path-patching receiver ``to`` (and sender ``path``), the
+    """Check the output paths (``write``, ``figure``, ``csv_out``: :func:`check_outputs`) and
+    that the options go together: a path-patching receiver ``to`` (and sender ``path``), the
     ``method`` and ``component``, a ``compare`` of a gradient estimate.
 
     Raises:
         InputError: one line naming the option.
     """
-    for flag, value, suffix in (
-        ("--write", write, ".jsonl"),
-        ("--figure", figure, ".png"),
-        ("--csv-out", csv_out, ".csv"),
-    ):
-        if value is None:
-            continue
-        where = Path(value)
-        if where.suffix.lower() != suffix:
-            raise InputError(f"{flag} {value}: expected a {suffix} file")
-        if not where.parent.is_dir():
-            raise InputError(f"{flag} {value}: folder {where.parent} does not exist")
+    check_outputs(
+        [("--write", write, ".jsonl"), ("--figure", figure, ".png"), ("--csv-out", csv_out, ".csv")]
+    )
     if write and prompts:
         raise InputError("--write writes a built-in task's prompts: give --task, not --prompts")
     if compare and method == "activation":
@@ -87,3 +111,186 @@ def check_model(model: str, prompts: str | None = None) -> None:
         from headlab.causal.tasks import read_prompts
 
         read_prompts(prompts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchRequest:
+    """What ``headlab patch`` is asked, its fields named as the command's flags; checked on
+    creation (:func:`check_request`, :func:`check_model`).
+
+    Attributes:
+        model: a causal language model with its head (default: the bundled SmolLM2).
+        task, prompts, n, seed: the prompts: a built-in task (default ioi) drawn ``n`` at
+            ``seed``, or a JSON Lines file.
+        method: activation, attribution, ig or dla.
+        component, position, steps, compare: as :func:`headlab.causal.patching.run_patching`
+            takes them (``position``: ``"all"`` or ``"last"``).
+        no_layers: skip the per-layer table activation patching of head outputs adds.
+        to, path: path patching's receiver (``q:L.H``, ``k:L.H``, ``v:L.H`` or ``logits``) and
+            sender (``L.H``; default every head below the receiver).
+        write: write the built-in task's prompts here instead of patching.
+        figure, csv_out: a heatmap (PNG) and every head's effect (CSV) to write.
+        csv: every head's effect as CSV on stdout (only checked here).
+    """
+
+    model: str = DECODER
+    task: str | None = None
+    prompts: str | None = None
+    n: int = 24
+    seed: int = 0
+    method: str = "activation"
+    component: str = "z"
+    position: str = "all"
+    steps: int = IG_STEPS
+    compare: bool = False
+    no_layers: bool = False
+    to: str | None = None
+    path: str | None = None
+    write: str | None = None
+    figure: str | None = None
+    csv_out: str | None = None
+    csv: bool = False
+
+    def __post_init__(self) -> None:
+        check_request(
+            method=self.method,
+            component=self.component,
+            compare=self.compare,
+            to=self.to,
+            path=self.path,
+            prompts=self.prompts,
+            write=self.write,
+            figure=self.figure,
+            csv_out=self.csv_out,
+            csv=self.csv,
+        )
+        check_model(self.model, self.prompts)
+
+
+def patch_task(lm: LoadedModel, request: PatchRequest) -> Task:
+    """The request's prompts for ``lm``'s tokenizer: its file, else its built-in task."""
+    from headlab.causal.patching import as_task
+
+    source = request.prompts or request.task or "ioi"
+    return as_task(lm, source, n=request.n, seed=request.seed)
+
+
+def run_patch(
+    lm: LoadedModel, task: Task, request: PatchRequest, *, progress: Progress = NO_PROGRESS
+) -> Any:
+    """The measurement ``request`` asks for on ``task``: a
+    :class:`~headlab.causal.paths.PathResult` (with ``to``), a
+    :class:`~headlab.causal.dla.DLAResult` (``method="dla"``), else a
+    :class:`~headlab.causal.result.PatchingResult`, whose heatmap and CSV are written where
+    ``figure`` and ``csv_out`` say."""
+    from headlab.causal.patching import parse_position, run_patching
+
+    position = parse_position(request.position)
+    if request.to is not None:
+        from headlab.causal.paths import parse_head, parse_receiver, path_patching
+
+        senders = None if request.path is None else [parse_head(request.path)]
+        receiver = parse_receiver(request.to)
+        return path_patching(
+            lm, task, receiver, senders=senders, position=position, progress=progress
+        )
+    if request.method == "dla":
+        from headlab.causal.dla import direct_logit_attribution
+
+        return direct_logit_attribution(lm, task, progress=progress)
+    head_outputs = request.method == "activation" and request.component == "z"
+    result = run_patching(
+        lm,
+        task,
+        method=request.method,  # type: ignore[arg-type]
+        position=position,
+        component=request.component,
+        steps=request.steps,
+        compare=request.compare,
+        layer_table=head_outputs and not request.no_layers,
+        progress=progress,
+    )
+    if request.figure:
+        from headlab.causal.figure import write_heatmap
+
+        write_heatmap(result, request.figure)
+    if request.csv_out:
+        from headlab.outputs import write_text_atomic
+
+        write_text_atomic(request.csv_out, result.to_csv())
+    return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComposeRequest:
+    """What ``headlab compose`` is asked, its fields named as the command's flags; ``receivers``
+    is parsed on creation.
+
+    Attributes:
+        model: the model whose weights are read (default: the bundled SmolLM2).
+        receivers: heads ``L.H,L.H,...`` whose strongest senders to list (``None``: the top
+            pairs of each kind).
+        kind: with ``receivers``: ``q``, ``k`` or ``v`` composition.
+        top: pairs, or senders per receiver, listed.
+        figure: with ``receivers``: where their figure goes (written by the caller).
+        heads: ``receivers`` as ``(layer, head)`` pairs.
+
+    Raises:
+        InputError: a malformed ``receivers``, or a ``figure`` without them.
+    """
+
+    model: str = DECODER
+    receivers: str | None = None
+    kind: str = "k"
+    top: int = 10
+    figure: str | None = None
+    heads: tuple[tuple[int, int], ...] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        from headlab.causal.composition import parse_heads
+
+        if self.receivers:
+            object.__setattr__(self, "heads", tuple(parse_heads(self.receivers)))
+        elif self.figure:
+            raise InputError("--figure draws the heads of --receivers: add --receivers L.H,...")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComposeResult:
+    """Every pair's composition scores, and with receivers each one's strongest senders
+    (:func:`headlab.causal.composition.receiver_senders`)."""
+
+    scores: CompositionScores
+    kind: str
+    senders: list[dict[str, Any]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Every pair, best first (:meth:`CompositionScores.to_json`); with receivers
+        ``{"model", "kind", "baseline", "receivers"}``."""
+        if self.senders is None:
+            return self.scores.to_json()
+        base = self.scores.baseline[self.kind]
+        return {
+            "model": self.scores.model,
+            "kind": self.kind,
+            "baseline": base,
+            "receivers": self.senders,
+        }
+
+
+def run_compose(lm: LoadedModel, request: ComposeRequest) -> ComposeResult:
+    """The composition scores of ``lm``'s heads, and the receivers' senders when asked.
+
+    Raises:
+        InputError: a receiver ``lm`` does not have (before any score is computed).
+    """
+    from headlab.causal.composition import check_receivers, composition_scores, receiver_senders
+
+    heads = None if request.heads is None else list(request.heads)
+    if heads is not None:
+        check_receivers(lm, heads)
+    scores = composition_scores(lm)
+    senders = None
+    if heads is not None:
+        senders = receiver_senders(lm, scores, request.kind, heads, request.top)
+    return ComposeResult(scores=scores, kind=request.kind, senders=senders)

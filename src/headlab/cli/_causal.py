@@ -18,6 +18,9 @@ from headlab.models.names import DECODER
 
 #: the built-in tasks (headlab.causal.generators.BUILTIN)
 TASKS = ("ioi", "induction")
+#: EAP-IG's points by default: headlab.causal.metric.IG_STEPS, repeated so that parsing imports
+#: no torch (a test keeps the two equal)
+IG_STEPS = 5
 
 Request = TypeVar("Request")
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
+from headlab.cli._causal import quiet_downloads
 
 
 def add_parser(sub: Any) -> None:
@@ -63,45 +64,23 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from headlab.cli._model import model_device
-    from headlab.serve import Explorer, RoleSources, Shelf, make_server
+    from headlab.serve.launch import Launch, ServeOptions
 
-    device = model_device(args)  # a one-line error before anything loads
-    torch.set_num_threads(args.threads)
-    roles = RoleSources(args.roles)  # a bad file fails now, not on the page
-    shelf = Shelf(args.model, device=device)
-    server = make_server(Explorer(shelf, roles), args.host, args.port)  # the port, before loading
+    options = ServeOptions(
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        roles=tuple(args.roles),
+        threads=args.threads,
+    )
+    launch = Launch(options, device=model_device(args))  # bound, before any model loads
     try:
-        if not args.verbose:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
-        lm = shelf.get()  # the first sentence should not wait for the model
-        roles.check_known(
-            [lm.name, *(c.label for c in shelf.choices.values() if c.key != shelf.default)]
-        )
-        host, port = server.server_address[:2]
-        note = "" if _loopback(str(host)) else " (reachable from other machines)"
-        print(
-            f"headlab serve: {lm.name} on http://{_shown(str(host))}:{port}/{note} (Ctrl-C stops)",
-            file=sys.stderr,
-            flush=True,
-        )
-        server.serve_forever()
+        quiet_downloads(args)
+        print(f"headlab serve: {launch.load()}", file=sys.stderr, flush=True)
+        launch.server.serve_forever()
     except KeyboardInterrupt:  # Ctrl-C is how the explorer stops
         print("headlab serve: stopped", file=sys.stderr)
     finally:
-        server.server_close()
+        launch.server.server_close()
     return 0
-
-
-def _loopback(host: str) -> bool:
-    from headlab.serve.http import is_loopback
-
-    return is_loopback(host)
-
-
-def _shown(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -10,7 +10,7 @@ from typing import Any
 
 from headlab.cli._args import integer, number, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device
-from headlab.cli._output import console, emit_json, human_bytes
+from headlab.cli._output import emit_json, show
 from headlab.cli._progress import progress_for
 from headlab.progress import NO_PROGRESS, Progress
 
@@ -31,11 +31,7 @@ def add_parser(sub: Any) -> None:
             "of the pairs scores importance, the rest measures the metric)."
         ),
     )
-    p.add_argument(
-        "--model",
-        type=text("a model folder"),
-        help=MODEL_HELP,
-    )
+    p.add_argument("--model", type=text("a model folder"), help=MODEL_HELP)
     add_model_arguments(p)
     p.add_argument("--fraction", type=number(), help="share of heads to remove, in (0, 1)")
     p.add_argument("--curve", action="store_true", help="only the pruning curve, no model")
@@ -104,6 +100,7 @@ def _add_method_arguments(p: Any) -> None:
         "--x",
         choices=("heads", "kv-bytes"),
         default="heads",
+        dest="x_axis",
         help="the figure's x-axis: heads removed, or KV-cache bytes per token (causal models)",
     )
     p.add_argument("--figure", type=text("a PNG path"), help="with --compare: write the figure")
@@ -155,35 +152,15 @@ def _add_method_arguments(p: Any) -> None:
 
 
 def options_from(args: argparse.Namespace) -> Any:
-    """The library's :class:`~headlab.pruning.workflow.PruneOptions` for parsed arguments."""
-    from headlab.pruning.workflow import PruneOptions
+    """The library's :class:`~headlab.pruning.results.PruneOptions` for parsed arguments."""
+    from dataclasses import fields
 
-    def path(value: str | None) -> Path | None:
-        return None if value is None else Path(value)
+    from headlab.pruning.results import PruneOptions
 
-    return PruneOptions(
-        fraction=args.fraction,
-        out=path(args.out),
-        overwrite=args.overwrite,
-        metric=args.metric,
-        importance=args.importance,
-        step=args.step,
-        max_loss=args.max_loss,
-        uniform=args.uniform,
-        transformers_compatible=args.transformers_compatible,
-        stsb=path(args.stsb),
-        importance_stsb=path(args.importance_stsb),
-        importance_pairs=args.importance_pairs,
-        text=path(args.text),
-        limit=args.limit,
-        l0_weight=args.l0_weight,
-        l0_steps=args.l0_steps,
-        seed=args.seed,
-        recover=args.recover,
-        recover_at=tuple(args.recover_at),
-        compare=args.compare,
-        x_axis=args.x,
-    )
+    values = {f.name: getattr(args, f.name) for f in fields(PruneOptions)}
+    for name in ("out", "stsb", "importance_stsb", "text"):  # files and folders
+        values[name] = None if values[name] is None else Path(values[name])
+    return PruneOptions(**values)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -221,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
             from headlab.report.figures import pruning_compare
 
             pruning_compare(compared, Path(args.figure))
-        return _print_compare(args, compared)
+        return _print(args, compared, compared=True)
     with drawn as progress:
         result = run_pruning(lm, options, progress=progress)
     if not writer:
@@ -244,110 +221,15 @@ def shares(value: str) -> tuple[float, ...]:
     return out
 
 
-def _print_compare(args: argparse.Namespace, result: dict[str, Any]) -> int:
-    from headlab.pruning.methods import removed_within
+def _print(args: argparse.Namespace, result: dict[str, Any], compared: bool = False) -> int:
+    """``result`` as JSON, CSV or tables: a curve, or a comparison of importance methods."""
+    from headlab.pruning.request import compare_csv, curve_csv
+    from headlab.pruning.text import compare_text, curve_text
 
     if args.json:
         emit_json(result)
-        return 0
-    if args.csv:
-        from headlab.pruning.request import compare_csv
-
-        sys.stdout.write(compare_csv(result))
-        return 0
-    from rich.table import Table
-
-    con = console()
-    table = Table(
-        title=f"{result['model']}: {_metric_label(result)}, unpruned {result['metric_before']:.2f}"
-    )
-    for col in ("importance", "most heads removed within 1 point", "with recovery"):
-        table.add_column(col, justify="right")
-    total = result["heads_before"]
-    for m in result["methods"]:
-        cells = []
-        for curve in (m["curve"], m.get("recovered", [])):
-            best = removed_within(curve, 1.0)
-            cells.append(
-                "-"
-                if best is None
-                else f"{best['heads_removed']} / {total} "
-                f"({100 * best['heads_removed'] / total:.0f}%)"
-            )
-        table.add_row(m["importance"], *cells)
-    con.print(table)
-    for note in result.get("notes", []):
-        con.print(f"note: {note}")
-    if args.figure:
-        con.print(f"figure: {args.figure}")
+    elif args.csv:
+        sys.stdout.write(compare_csv(result) if compared else curve_csv(result))
+    else:
+        show(compare_text(result, args.figure) if compared else curve_text(result))
     return 0
-
-
-def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
-    if args.json:
-        emit_json(result)
-        return 0
-    if args.csv:
-        from headlab.pruning.request import curve_csv
-
-        sys.stdout.write(curve_csv(result))
-        return 0
-    from rich.table import Table
-
-    con = console()
-    table = Table(title=f"{result['model']}: pruning curve ({result['importance']} importance)")
-    cols = ["step", "heads removed", "share", _metric_label(result), "loss"]
-    kv = "kv_bytes_per_token" in result["curve"][0]
-    context = result.get("kv_context")
-    if kv:  # causal models: what the removed KV heads save in the cache
-        cols += ["KV cache / token"] + ([f"KV cache at {context:,} tokens"] if context else [])
-    for col in cols:
-        table.add_column(col, justify="right")
-    first = result["curve"][0]
-    for p in result["curve"]:
-        cells = [
-            str(p["step"]),
-            f"{p['heads_removed']} / {result['heads_before']}",
-            f"{100 * p['fraction']:.0f}%",
-            f"{p['metric']:.2f}",
-            f"{p['loss']:+.2f}",
-        ]
-        if kv:
-            saved = 1 - p["kv_bytes_per_token"] / first["kv_bytes_per_token"]
-            cells.append(f"{human_bytes(p['kv_bytes_per_token'])} (-{100 * saved:.0f}%)")
-        if kv and context:
-            cells.append(human_bytes(p["kv_bytes_at_context"]))
-        table.add_row(*cells)
-    con.print(table)
-    for r in result.get("recovered", []):
-        con.print(
-            f"recovered at {r['heads_removed']} heads removed ({r['steps']} steps, "
-            f"{r['seconds']:.0f} s): {result['metric']} {r['metric_before']:.2f} -> "
-            f"{r['metric_after']:.2f}"
-        )
-    if "heads_after" not in result:
-        return 0
-    con.print(
-        f"pruned {result['heads_before']} -> {result['heads_after']} heads "
-        f"(per layer {result['heads_per_layer']}); {result['metric']} "
-        f"{result['metric_before']:.2f} -> {result['metric_after']:.2f}\n"
-        f"parameters {result['params_before']:,} -> {result['params_after']:,}; weights "
-        f"{human_bytes(result['bytes_before'])} -> {human_bytes(result['bytes_after'])}\n"
-        f"forward ({result['timed_batch'][0]} x {result['timed_batch'][1]} tokens) "
-        f"{result['time_before_ms']:.1f} ms -> {result['time_after_ms']:.1f} ms; "
-        f"{100 * result['flops_removed_share']:.1f}% of the FLOPs removed\n"
-        f"saved to {result['out']}; loads with {' and '.join(result['loads_with'])}"
-    )
-    r = result.get("recovery")
-    if r is not None:
-        con.print(
-            f"recovery ({r['steps']} steps, {r['seconds']:.0f} s): {result['metric']} "
-            f"{r['metric_before']:.2f} -> {r['metric_after']:.2f} (saved after recovery)"
-        )
-    return 0
-
-
-def _metric_label(result: dict[str, Any]) -> str:
-    """``metric (unit)``, or the metric alone where its unit is its name (perplexity)."""
-    metric, unit = str(result["metric"]), str(result["unit"])
-    return metric if unit == metric else f"{metric} ({unit})"

@@ -159,7 +159,7 @@ def test_the_terminal_draws_every_head_as_a_grid(
 ) -> None:
     """One text row per patch row for every head, the top patch of each head drawn darkest,
     next to a table of the top patches and the class token's share."""
-    from headlab.cli.heads_image import GAP, SHADES
+    from headlab.explore.heads_text import GAP, SHADES
 
     base = ["heads", "--image", str(folders["image"]), "--model", str(folders["vit"])]
     result = _json(capsys, [*base, "--json"])

@@ -13,8 +13,8 @@ import torch
 from tests.models.tiny import build
 
 from headlab.cli import main
-from headlab.cli.heads import LESSON_SENTENCE
 from headlab.datasets import TreebankSentence
+from headlab.datasets.lesson import LESSON_SENTENCE
 from headlab.models import load
 from headlab.roles.results import RelationRow
 from headlab.roles.trace import check_text, lesson_parse, trace_word

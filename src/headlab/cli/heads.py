@@ -1,24 +1,23 @@
 """``headlab heads``: where one word's attention goes, in every head of a model; with
-``--trace``, which heads carry it to each of the word's dependents, beside the relation table."""
+``--trace``, which heads carry it to each of the word's dependents, beside the relation table;
+with ``--image``, where an image's class token (or one patch) attends, as patch grids.
+
+The request, tables and text are the library's (:mod:`headlab.explore.request`,
+:mod:`headlab.explore.heads_text`, :mod:`headlab.roles.trace`): this module parses, calls, prints.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from headlab.cli._args import chosen_layers, integer, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
-from headlab.cli._output import console, emit_json
-from headlab.cli.heads_image import add_image_arguments, run_image
-from headlab.explore.table import (
-    LESSON_SENTENCE,
-    LESSON_WORD,
-    heads_table,
-)
-
-INSTALL_HINT = "pip install 'headlab[parse]'"
-TRACE_ONLY = ("conllu", "sentence_id", "spacy", "roles")
+from headlab.cli._output import console, emit_json, show
+from headlab.datasets.lesson import LESSON_WORD
+from headlab.datasets.parse import INSTALL_HINT
 
 
 def add_parser(sub: Any) -> None:
@@ -48,11 +47,7 @@ def add_parser(sub: Any) -> None:
             "the parse's root)"
         ),
     )
-    p.add_argument(
-        "--model",
-        type=text("a model folder"),
-        help=MODEL_HELP,
-    )
+    p.add_argument("--model", type=text("a model folder"), help=MODEL_HELP)
     add_model_arguments(p)
     pair = p.add_argument_group(
         "encoder-decoders",
@@ -121,221 +116,131 @@ def add_parser(sub: Any) -> None:
         help="the relation table from `headlab roles --json > FILE` (default: measured now "
         "on the bundled UD EWT sample, about 20 s)",
     )
-    add_image_arguments(p)
+    p.add_argument(
+        "--image",
+        metavar="FILE",
+        help="an image (PNG, JPEG...) for a vision model folder (ViT, CLIP): shows where its "
+        "class token (or --patch) attends, as a grid of patches per head",
+    )
+    p.add_argument(
+        "--patch",
+        type=patch_position,
+        metavar="ROW,COL",
+        help="with --image: the attending patch, 0-based (default: the class token)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.errors import InputError
+    """A sentence's heads (an encoder-decoder's of ``--kind``; Whisper's hearing ``--audio``),
+    an image's with ``--image``, or a word traced through a parse with ``--trace``."""
+    from dataclasses import fields
 
-    if args.image is not None or args.patch is not None:
+    from headlab.explore.heads_text import heads_text
+    from headlab.explore.request import HeadsRequest
+    from headlab.models.seq2seq import is_encoder_decoder, reads_audio
+
+    request = HeadsRequest(**{f.name: getattr(args, f.name) for f in fields(HeadsRequest)})
+    request.check()  # before anything is read or loaded
+    if request.image is not None:
         return run_image(args)
-    if args.top < 1:
-        raise InputError(f"--top must be at least 1, got {args.top}")
-    if args.trace:
-        if args.target or args.kind:
-            raise InputError(
-                "--trace follows the sentence's parse through an encoder's heads; --target and "
-                "--kind do not go with it"
-            )
+    if request.trace:
         return run_trace(args)
-    for name in TRACE_ONLY:
-        if getattr(args, name):
-            raise InputError(f"--{name.replace('_', '-')} goes with --trace")
-    sound = None
-    if args.audio is not None:  # before the model loads
-        from headlab.models.audio import read_wav
+    sound = request.sound()
+    lm = _load(args)
+    request.check_model(lm, sound)
+    layers = args.layer
+    if not is_encoder_decoder(lm):
+        layers = chosen_layers(args, lm, list(range(lm.n_layers)))
+    table = request.sentence_table(lm, layers, sound)
+    seconds = None if sound is None else sound.seconds
+    _print(
+        args,
+        table,
+        lambda: heads_text(table, args.top, model=lm.name, hears=reads_audio(lm), seconds=seconds),
+    )
+    return 0
 
-        if args.text is None:
-            raise InputError("--audio needs the transcript: headlab heads 'TEXT' --audio FILE")
-        sound = read_wav(args.audio)
-    if args.text is None:
-        args.text = LESSON_SENTENCE
+
+def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
+    """The model of ``--model`` (hub progress bars only with ``--verbose``)."""
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    lm = load_model(args)
-    from headlab.models.seq2seq import is_encoder_decoder
+    return load_model(args, **kwargs)
 
-    if is_encoder_decoder(lm):
-        return run_seq2seq(args, lm, sound)
-    if args.target or args.kind or sound is not None:
-        raise InputError(
-            f"--target, --kind and --audio go with encoder-decoder models (T5, BART, "
-            f"Whisper...); {lm.name} has one stack of layers"
-        )
-    layers = chosen_layers(args, lm, list(range(lm.n_layers)))
-    table = heads_table(lm, args.text, word=args.word, layers=layers, heads=args.head, top=args.top)
+
+def _print(args: argparse.Namespace, data: dict[str, Any], parts: Callable[[], Any]) -> None:
+    """``data`` as JSON with ``--json``, else the library's ``parts()`` of it."""
     if args.json:
-        emit_json(table)
-        return 0
-    title = f"{lm.name}: where {table['word']!r} attends"
-    _print(args, table["heads"], title=title, caption=args.text)
-    return 0
-
-
-def run_seq2seq(args: argparse.Namespace, lm: Any, sound: Any = None) -> int:
-    """An encoder-decoder: the encoder's heads on the sentence, or the decoder's self- and
-    cross-attention heads on ``--target``; Whisper's on its transcript and ``--audio``."""
-    from headlab.explore.seq2seq import SIDES, seq2seq_table
-    from headlab.models.seq2seq import reads_audio
-
-    table = seq2seq_table(
-        lm,
-        args.text,
-        target=args.target,
-        kind=args.kind,
-        word=args.word,
-        layers=args.layer,
-        heads=args.head,
-        top=args.top,
-        sound=sound,
-        audio=args.audio,
-    )
-    if args.json:
-        emit_json(table)
-        return 0
-    kind, target, heard = table["attention"], table["target"], sound is not None
-    side = SIDES[kind]
-    keys = ("words", "special tokens")
-    if heard and kind != "decoder":
-        side, keys = "the sound's moments", ("moments", "silence (padding)")
-    if heard:
-        caption = f"source: {args.audio} ({sound.seconds:.2f} s)\ntranscript: {target}"
-    elif target is None:
-        caption = args.text
-    elif reads_audio(lm):  # a model that hears, shown without sound
-        caption = f"source: (silence)\ntranscript: {target}"
+        emit_json(data)
     else:
-        caption = f"source: {args.text}\ntarget: {target}"
-    where = side if side.startswith("the") else side + " words"
-    title = f"{lm.name}: where {table['word']!r} attends ({kind} attention, to {where})"
-    _print(args, table["heads"], keys=keys, title=title, caption=caption)
-    return 0
-
-
-def _print(
-    args: argparse.Namespace,
-    rows: list[dict[str, Any]],
-    *,
-    title: str,
-    caption: str,
-    keys: tuple[str, str] = ("words", "special tokens"),
-) -> None:
-    """The table of heads; ``keys``: what the attended items and the apart share are."""
-    from rich.table import Table
-
-    table = Table(title=title, caption=caption)
-    sink = next((r["sink"]["word"] for r in rows if r.get("sink")), None)
-    columns = ["layer", "head", f"top {args.top} {keys[0]} (weight)", f"to {keys[1]}"]
-    if sink is not None:  # a decoder's first word: where heads park what they do not use
-        columns.append(f"to the sink {sink!r}")
-    for col in columns:
-        table.add_column(col)
-    for r in rows:
-        words = ", ".join(f"{t['word']} {t['weight']:.2f}" for t in r["top"])
-        cells = [str(r["layer"]), str(r["head"]), words, f"{r['special']:.2f}"]
-        if sink is not None:
-            cells.append(f"{r['sink']['weight']:.2f}" if r.get("sink") else "")
-        table.add_row(*cells)
-    console().print(table)
+        show(parts())
 
 
 def run_trace(args: argparse.Namespace) -> int:
     """``--trace``: the parse first (quick errors), then the model, the table, the trace."""
-    from headlab.datasets import sample_path
-    from headlab.errors import InputError
-    from headlab.roles.trace import (
-        check_text,
-        check_word,
-        choose_sentence,
-        lesson_parse,
-        measure_relation_table,
-        read_relation_table,
-        trace_word,
-    )
-
-    if args.layer or args.head:
-        raise InputError("--trace ranks every head; --layer and --head do not go with it")
-    if args.conllu or args.sentence_id:
-        if args.spacy:
-            raise InputError("--spacy parses the text; it does not go with --conllu/--sentence-id")
-        sentence = choose_sentence(args.conllu or sample_path("treebank"), args.sentence_id)
-        if args.text is not None:
-            check_text(sentence, args.text)
-    elif args.spacy or args.text not in (None, LESSON_SENTENCE):
-        from headlab.datasets.parse import parse_sentence
-
-        sentence = parse_sentence(args.text or LESSON_SENTENCE)
-    else:
-        sentence = lesson_parse()
-    lesson = "".join(sentence.words) == "".join(LESSON_SENTENCE.split())
-    word = args.word or (LESSON_WORD if lesson else sentence.words[sentence.heads.index(-1)])
-    check_word(sentence, word)  # before the model loads
-    if not args.verbose:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    lm = load_model(args)
+    from headlab.explore.heads_text import trace_text
     from headlab.models.seq2seq import is_encoder_decoder, text_encoder
+    from headlab.roles.trace import relation_table, sentence_to_trace, trace_word
 
+    sentence, word = sentence_to_trace(
+        args.text, args.word, conllu=args.conllu, sentence_id=args.sentence_id, spacy=args.spacy
+    )
+    lm = _load(args)
     if is_encoder_decoder(lm):  # the parse is of the source sentence: the encoder's heads
         lm = text_encoder(lm, why="--trace follows a text's parse")
-    if args.roles:
-        relations = read_relation_table(args.roles, lm)
-        source = args.roles
-    else:
+    if args.roles is None:
         print(
             "headlab heads: measuring the relation table on the bundled UD EWT sample "
             "(about 20 s; --roles FILE from `headlab roles --json` skips this)",
             file=sys.stderr,
             flush=True,
         )
-        relations = measure_relation_table(lm, sample_path("treebank"))
-        source = "bundled UD EWT dev sample (500 sentences)"
+    relations, source = relation_table(lm, args.roles)
     trace = trace_word(lm, sentence, word, relations, k=args.top, table_source=source)
-    if args.json:
-        emit_json(trace.to_json())
-        return 0
-    print_trace(trace)
+    _print(args, trace.to_json(), lambda: trace_text(trace))
     return 0
 
 
-def print_trace(trace: Any) -> None:
-    from rich.table import Table
+def run_image(args: argparse.Namespace) -> int:
+    """``--image FILE``: the image first (quick errors), then the model, one forward pass, the
+    table and every head's patch grid."""
+    from headlab.errors import ModalityError
+    from headlab.explore.heads_text import image_text, patch_grids
+    from headlab.explore.images import image_table
+    from headlab.models.images import open_image
 
-    table = Table(
-        title=f"{trace.model}: where {trace.word!r} sends its attention, dependent by dependent",
-        caption=(
-            f"{' '.join(trace.sentence.words)}\n"
-            f"gold head: the best head for the relation (head -> dependent) in the relation "
-            f"table ({trace.table_source}); rank among {trace.n_heads} heads by the attention "
-            f"to this dependent; its top word: its argmax here (self, [CLS]/[SEP] excluded)"
-        ),
+    image = open_image(args.image)
+    try:
+        lm = _load(args, reads="images")
+    except ModalityError as exc:
+        raise ModalityError(
+            f"{exc}: --image needs a vision model folder (ViT, CLIP)", reads=exc.reads
+        ) from None
+    layers = chosen_layers(args, lm, list(range(lm.n_layers)))
+    table = image_table(
+        lm, image, str(args.image), patch=args.patch, layers=layers, heads=args.head, top=args.top
     )
-    for col in (
-        "relation",
-        "dependent",
-        f"top {trace.k} heads (weight)",
-        "gold head (acc.)",
-        "its weight",
-        "its rank",
-        "its top word",
-        "verdict",
-    ):
-        table.add_column(col)
-    for arc in trace.arcs:
-        top = ", ".join(f"{h.layer}.{h.head} {h.weight:.2f}" for h in arc.top)
-        if arc.gold is None:
-            gold = weight = rank = target = "-"
-        else:
-            gold = f"{arc.gold.layer}.{arc.gold.head} ({100 * arc.gold.accuracy:.0f}%)"
-            if arc.gold_relation != arc.relation:
-                gold += f" as {arc.gold_relation}"
-            weight = f"{arc.gold_weight:.2f}"
-            rank = str(arc.gold_rank)
-            target = str(arc.gold_target)
-        table.add_row(arc.relation, arc.dependent, top, gold, weight, rank, target, arc.verdict)
-    console().print(table)
+    _print(args, table, lambda: image_text(table, args.top))
+    if not args.json:
+        con = console()
+        for line in patch_grids(table, con.width):
+            con.print(line, markup=False, no_wrap=True, crop=False)
+    return 0
+
+
+def patch_position(value: str) -> tuple[int, int]:
+    """``ROW,COL`` (0-based) as a pair of integers."""
+    parts = value.replace(" ", "").split(",")
+    try:
+        row, col = (int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected ROW,COL (two 0-based integers), got {value!r}"
+        ) from None
+    if row < 0 or col < 0:
+        raise argparse.ArgumentTypeError(f"expected ROW,COL of 0 or more, got {value!r}")
+    return row, col

@@ -8,6 +8,8 @@
   of a decoder, or to an encoder's mean-pooled sentence embedding.
 - :mod:`headlab.explore.shelf`: the models the explorer offers, each loaded once on first use.
 - :mod:`headlab.explore.roles`: the roles run shown beside a head (a file given, or the cache).
+- :mod:`headlab.explore.request`: a ``headlab heads`` request, checked before a model loads.
+- :mod:`headlab.explore.heads_text`: what ``headlab heads`` prints: its tables and patch grids.
 
 Nothing here is imported by ``import headlab.explore`` itself: the table's module stays free of
 torch, so ``headlab heads --help`` stays fast.

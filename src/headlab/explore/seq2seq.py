@@ -14,9 +14,6 @@ from headlab.models.analysis import seq2seq_attention, word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.seq2seq import reads_audio, text_encoder
 
-#: which side of the sentence each kind of attention's keys are
-SIDES = {"encoder": "source", "decoder": "target", "cross": "source"}
-
 
 def seq2seq_table(
     lm: LoadedModel,

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from headlab.datasets.lesson import LESSON_SENTENCE, LESSON_WORD
 from headlab.datasets.samples import sample_path
 from headlab.datasets.treebank import TreebankSentence, read_treebank
 from headlab.errors import DataFormatError, InputError
@@ -348,3 +349,51 @@ def check_text(sentence: TreebankSentence, text: str) -> None:
         raise InputError(
             f"the parse's words {' '.join(sentence.words)!r} do not spell the sentence {text!r}"
         )
+
+
+def sentence_to_trace(
+    text: str | None,
+    word: str | None,
+    *,
+    conllu: str | None = None,
+    sentence_id: str | None = None,
+    spacy: bool = False,
+) -> tuple[TreebankSentence, str]:
+    """The parse to trace and its word, checked before any model loads: the sentence
+    ``sentence_id`` of ``conllu`` (default: the bundled UD EWT sample) or its only one; spaCy's
+    parse of ``text`` (or of the lesson's sentence with ``spacy``); else the lesson's hand-made
+    parse. The word defaults to the lesson's in its sentence, else the parse's root.
+
+    Raises:
+        InputError: ``spacy`` with a CoNLL-U sentence, a parse that does not spell ``text``, a
+            word the sentence lacks or one without dependents.
+    """
+    if conllu or sentence_id:
+        if spacy:
+            raise InputError("--spacy parses the text; it does not go with --conllu/--sentence-id")
+        sentence = choose_sentence(conllu or sample_path("treebank"), sentence_id)
+        if text is not None:
+            check_text(sentence, text)
+    elif spacy or text not in (None, LESSON_SENTENCE):
+        from headlab.datasets.parse import parse_sentence
+
+        sentence = parse_sentence(text or LESSON_SENTENCE)
+    else:
+        sentence = lesson_parse()
+    lesson = "".join(sentence.words) == "".join(LESSON_SENTENCE.split())
+    word = word or (LESSON_WORD if lesson else sentence.words[sentence.heads.index(-1)])
+    check_word(sentence, word)
+    return sentence, word
+
+
+#: where the relation table comes from when no ``headlab roles --json`` file is given
+BUNDLED_TABLE = "bundled UD EWT dev sample (500 sentences)"
+
+
+def relation_table(lm: LoadedModel, roles: str | None) -> tuple[list[RelationRow], str]:
+    """The relation table to trace against and where it came from: read from ``roles`` (a
+    ``headlab roles --json`` file of ``lm``), else measured now on the bundled UD EWT sample
+    (:func:`measure_relation_table`, about 20 s)."""
+    if roles is not None:
+        return read_relation_table(roles, lm), roles
+    return measure_relation_table(lm, sample_path("treebank")), BUNDLED_TABLE

@@ -32,10 +32,7 @@ def add_parser(sub: Any) -> None:
         ),
     )
     p.add_argument(
-        "text",
-        nargs="?",
-        type=text("a sentence"),
-        help="the sentence (default: the lesson's)",
+        "text", nargs="?", type=text("a sentence"), help="the sentence (default: the lesson's)"
     )
     p.add_argument(
         "--word",
@@ -148,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if request.trace:
         return run_trace(args)
     sound = request.sound()
-    lm = _load(args)
+    lm = load_quietly(args)
     request.check_model(lm, sound)
     layers = args.layer
     if not is_encoder_decoder(lm):
@@ -163,8 +160,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """The model of ``--model`` (hub progress bars only with ``--verbose``)."""
+def load_quietly(args: argparse.Namespace, **kwargs: Any) -> Any:
+    """The model of ``--model`` (hub progress bars only with ``--verbose``; ``headlab heads``
+    and ``headlab prune``)."""
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
@@ -184,21 +182,16 @@ def run_trace(args: argparse.Namespace) -> int:
     """``--trace``: the parse first (quick errors), then the model, the table, the trace."""
     from headlab.explore.heads_text import trace_text
     from headlab.models.seq2seq import is_encoder_decoder, text_encoder
-    from headlab.roles.trace import relation_table, sentence_to_trace, trace_word
+    from headlab.roles.trace import MEASURING, relation_table, sentence_to_trace, trace_word
 
     sentence, word = sentence_to_trace(
         args.text, args.word, conllu=args.conllu, sentence_id=args.sentence_id, spacy=args.spacy
     )
-    lm = _load(args)
+    lm = load_quietly(args)
     if is_encoder_decoder(lm):  # the parse is of the source sentence: the encoder's heads
         lm = text_encoder(lm, why="--trace follows a text's parse")
     if args.roles is None:
-        print(
-            "headlab heads: measuring the relation table on the bundled UD EWT sample "
-            "(about 20 s; --roles FILE from `headlab roles --json` skips this)",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"headlab heads: {MEASURING}", file=sys.stderr, flush=True)
     relations, source = relation_table(lm, args.roles)
     trace = trace_word(lm, sentence, word, relations, k=args.top, table_source=source)
     _print(args, trace.to_json(), lambda: trace_text(trace))
@@ -215,7 +208,7 @@ def run_image(args: argparse.Namespace) -> int:
 
     image = open_image(args.image)
     try:
-        lm = _load(args, reads="images")
+        lm = load_quietly(args, reads="images")
     except ModalityError as exc:
         raise ModalityError(
             f"{exc}: --image needs a vision model folder (ViT, CLIP)", reads=exc.reads

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, number, text
-from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device
+from headlab.cli._model import MODEL_HELP, add_model_arguments, model_device
 from headlab.cli._output import emit_json, show
 from headlab.cli._progress import progress_for
+from headlab.cli.heads import load_quietly
 from headlab.progress import NO_PROGRESS, Progress
 
 #: the library's defaults (kept here as numbers so that --help needs no torch import)
@@ -35,7 +36,7 @@ def add_parser(sub: Any) -> None:
     add_model_arguments(p)
     p.add_argument("--fraction", type=number(), help="share of heads to remove, in (0, 1)")
     p.add_argument("--curve", action="store_true", help="only the pruning curve, no model")
-    p.add_argument("--out", help="folder for the pruned model (refused if it exists)")
+    p.add_argument("--out", type=Path, help="folder for the pruned model (refused if it exists)")
     p.add_argument("--overwrite", action="store_true", help="replace an --out folder headlab wrote")
     p.add_argument(
         "--metric",
@@ -81,15 +82,6 @@ def add_parser(sub: Any) -> None:
         metavar="F,F",
         help="on a curve, recover at the last point at or below these shares (default 0.5,0.7)",
     )
-    _add_method_arguments(p)
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="machine-readable output")
-    out.add_argument("--csv", action="store_true", help="the curve as CSV")
-    p.set_defaults(handler=run)
-
-
-def _add_method_arguments(p: Any) -> None:
-    """The importance methods' settings, recovery, comparison and figures."""
     p.add_argument(
         "--compare",
         action="store_true",
@@ -108,9 +100,7 @@ def _add_method_arguments(p: Any) -> None:
         "--step", type=number(), default=0.1, help="share of heads per step (default 0.1)"
     )
     p.add_argument(
-        "--max-loss",
-        type=number(0.0),
-        help="stop before losing more than this (metric units)",
+        "--max-loss", type=number(0.0), help="stop before losing more than this (metric units)"
     )
     p.add_argument(
         "--uniform",
@@ -123,14 +113,21 @@ def _add_method_arguments(p: Any) -> None:
         action="store_true",
         help="refuse results that only headlab can load (implies --uniform)",
     )
+    _add_data_arguments(p)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output")
+    out.add_argument("--csv", action="store_true", help="the curve as CSV")
+    p.set_defaults(handler=run)
+
+
+def _add_data_arguments(p: Any) -> None:
+    """The data: STS-B pairs for importance and the metric, text for perplexity."""
     p.add_argument(
-        "--stsb",
-        type=text("a file"),
-        help="STS-B file to evaluate on (default: the bundled sample)",
+        "--stsb", type=a_file, help="STS-B file to evaluate on (default: the bundled sample)"
     )
     p.add_argument(
         "--importance-stsb",
-        type=text("a file"),
+        type=a_file,
         help="STS-B file to score importance on (default: every third pair of --stsb)",
     )
     p.add_argument(
@@ -140,7 +137,7 @@ def _add_method_arguments(p: Any) -> None:
     )
     p.add_argument(
         "--text",
-        type=text("a file"),
+        type=a_file,
         help="text file for perplexity: importance on its first half, perplexity on the second "
         "(default: the bundled TinyShakespeare sample)",
     )
@@ -149,18 +146,6 @@ def _add_method_arguments(p: Any) -> None:
         type=integer(2, 10**9),
         help="use at most this many STS-B pairs (--metric ioi: this many evaluation prompts)",
     )
-
-
-def options_from(args: argparse.Namespace) -> Any:
-    """The library's :class:`~headlab.pruning.results.PruneOptions` for parsed arguments."""
-    from dataclasses import fields
-
-    from headlab.pruning.results import PruneOptions
-
-    values = {f.name: getattr(args, f.name) for f in fields(PruneOptions)}
-    for name in ("out", "stsb", "importance_stsb", "text"):  # files and folders
-        values[name] = None if values[name] is None else Path(values[name])
-    return PruneOptions(**values)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,18 +157,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
     from headlab import distributed
     from headlab.pruning.request import check_request, ready_model
+    from headlab.pruning.results import PruneOptions
     from headlab.pruning.workflow import run_pruning
 
-    options = options_from(args)
+    options = PruneOptions(**{f.name: getattr(args, f.name) for f in fields(PruneOptions)})
     check_request(options, curve=args.curve, figure=args.figure is not None)
     options.check()  # options and the output folder, before the model loads
-    if not args.verbose:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    lm = ready_model(lambda head: load_model(args, with_lm_head=head), options, args.model)
+    lm = ready_model(lambda head: load_quietly(args, with_lm_head=head), options, args.model)
     writer = distributed.writes()
     # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
     drawn: AbstractContextManager[Progress] = (
@@ -206,6 +190,11 @@ def _run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"headlab prune: {note}", file=sys.stderr)
     return _print(args, result.to_json())
+
+
+def a_file(value: str) -> Path:
+    """A file's path, not empty or only spaces."""
+    return Path(text("a file")(value))
 
 
 def shares(value: str) -> tuple[float, ...]:

@@ -399,14 +399,14 @@ def test_torch_key_padding_mask_gives_torch_answer() -> None:
 def test_experiment_data_default_is_beside_the_checkout_not_the_cwd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from headlab.cli import experiment
     from headlab.errors import InputError
+    from headlab.experiments.one_vs_many import default_data
 
     monkeypatch.chdir(tmp_path)
-    checkout = Path(experiment.__file__).resolve().parents[3]
+    checkout = Path(default_data.__code__.co_filename).resolve().parents[3]
     expected = (checkout / ".." / "shared" / "data").resolve()
     if expected.is_dir():
-        assert experiment.default_data() == expected
+        assert default_data() == expected
     else:
         with pytest.raises(InputError, match="pass --data"):
-            experiment.default_data()
+            default_data()

@@ -1,21 +1,14 @@
-"""``headlab experiment one-vs-many``: the lesson's central claim, measured."""
+"""``headlab experiment one-vs-many``: the lesson's central claim, measured; ``cost`` in
+:mod:`headlab.cli.experiment_cost`."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
+from headlab.cli import experiment_cost
 from headlab.cli._args import text
-from headlab.cli._output import console, emit_json
-
-
-def default_data() -> Path:
-    """``../shared/data`` beside the headlab checkout (:func:`headlab.experiments.one_vs_many.
-    default_data`)."""
-    from headlab.experiments.one_vs_many import default_data as beside_checkout
-
-    return beside_checkout()
+from headlab.cli._output import emit_json, show
 
 
 def add_parser(sub: Any) -> None:
@@ -55,76 +48,46 @@ def add_parser(sub: Any) -> None:
         "the headlab checkout)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    from headlab.cli import experiment_cost
-
     experiment_cost.add_arguments(p)
     p.set_defaults(handler=run)
 
 
-#: the flags of ``cost`` alone, and of ``one-vs-many`` alone: given to the other, one line
-COST_ONLY = ("width", "heads", "lengths", "batch", "rounds", "no_backward", "figure")
-GRID_ONLY = ("data",)
+#: the flags of each experiment alone: given to the other, one line
+ONLY = {
+    "cost": ("width", "heads", "lengths", "batch", "rounds", "no_backward", "figure"),
+    "one-vs-many": ("data",),
+}
 
 
-def _refuse(args: argparse.Namespace, names: tuple[str, ...], owner: str) -> None:
+def run(args: argparse.Namespace) -> int:
     from headlab.errors import InputError
 
+    owner = "one-vs-many" if args.name == "cost" else "cost"  # the other experiment's flags
     given = [
-        f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) not in (None, False)
+        f"--{n.replace('_', '-')}" for n in ONLY[owner] if getattr(args, n) not in (None, False)
     ]
     if owner == "one-vs-many" and args.setting != "small":
         given.append("--setting")
     if given:
         raise InputError(f"{', '.join(given)}: for `headlab experiment {owner}` only")
-
-
-def run(args: argparse.Namespace) -> int:
     if args.name == "cost":
-        from headlab.cli import experiment_cost
-
-        _refuse(args, GRID_ONLY, "one-vs-many")
         return experiment_cost.run(args)
-    _refuse(args, COST_ONLY, "cost")
     from headlab.cli._model import model_device
     from headlab.cli._progress import progress_for
-    from headlab.experiments.one_vs_many import grid_config, one_vs_many
+    from headlab.experiments.one_vs_many import (
+        data_folder,
+        grid_config,
+        one_vs_many,
+        one_vs_many_text,
+    )
 
     device = str(model_device(args)) if args.device is not None else "cpu"
     cfg = grid_config(args.setting, quick=args.quick, device=device)
-    needs_data = "language-model" in cfg.tasks
-    data = Path(args.data) if args.data else (default_data() if needs_data else Path("."))
-
+    data = data_folder(cfg, args.data)
     with progress_for(args, "headlab experiment") as progress:
         result = one_vs_many(cfg, data=data, progress=progress)
     if args.json:
         emit_json(result)
-        return 0
-    from rich.table import Table
-
-    table = Table(
-        title=f"one head vs many, same width and parameters ({cfg.setting} setting, "
-        f"{result['device']}, {result['wall_s']:.0f} s)"
-    )
-    for col in ("task", "heads", "metric", "mean", "spread (sd)", "seeds"):
-        table.add_column(col, justify="right")
-    for r in result["summary"]:
-        table.add_row(
-            r["task"],
-            str(r["n_heads"]),
-            r["metric"],
-            f"{r['mean']:.3f}",
-            "\u2013" if r["std"] is None else f"{r['std']:.3f}",
-            str(r["seeds"]),
-        )
-    con = console()
-    con.print(table)
-    for run in result["runs"]:
-        if run["task"] == "binding" and run["seed"] == cfg.seeds[0]:
-            heads = run["diagnostic"]["heads"]
-            focus = "; ".join(
-                f"head {h['head']}: subject {h['mass_on_subject']:.2f}, object "
-                f"{h['mass_on_object']:.2f}, entropy {h['entropy']:.2f}"
-                for h in heads
-            )
-            con.print(f"{run['n_heads']} head(s), last layer, from the query token: {focus}")
+    else:
+        show(one_vs_many_text(result))
     return 0

@@ -23,6 +23,7 @@ import torch
 
 from headlab.errors import ConfigError, InputError
 from headlab.progress import Progress
+from headlab.text import Part, table
 from headlab.training.model import ModelConfig, TinyTransformer
 from headlab.training.tasks import (
     BindingModel,
@@ -280,3 +281,48 @@ def grid_config(setting: str, *, quick: bool = False, device: str = "cpu") -> Gr
     if setting == "large":
         return GridConfig.large(quick=quick, device=device)
     return GridConfig.quick(device=device) if quick else GridConfig(device=device)
+
+
+def data_folder(cfg: GridConfig, given: str | Path | None = None) -> Path:
+    """The data folder of a run of ``cfg``: ``given``, else :func:`default_data` where a task
+    reads TinyShakespeare (the binding task alone reads nothing).
+
+    Raises:
+        InputError: no folder given, none beside the checkout, and the grid needs one.
+    """
+    if given:
+        return Path(given)
+    return default_data() if "language-model" in cfg.tasks else Path(".")
+
+
+def one_vs_many_text(result: dict[str, Any]) -> list[Part]:
+    """What ``headlab experiment one-vs-many`` prints of its result (:func:`one_vs_many`): the
+    mean and spread over seeds of each task and head count, then where each head of the
+    binding models of the first seed looks from the query token."""
+    rows = [
+        (
+            *(r["task"], r["n_heads"], r["metric"], f"{r['mean']:.3f}"),
+            "\u2013" if r["std"] is None else f"{r['std']:.3f}",
+            r["seeds"],
+        )
+        for r in result["summary"]
+    ]
+    out: list[Part] = [
+        table(
+            ("task", "heads", "metric", "mean", "spread (sd)", "seeds"),
+            rows,
+            title=f"one head vs many, same width and parameters ({result['setting']} setting, "
+            f"{result['device']}, {result['wall_s']:.0f} s)",
+            right=range(6),
+        )
+    ]
+    first = result["config"]["seeds"][0]
+    for run in result["runs"]:
+        if run["task"] == "binding" and run["seed"] == first:
+            focus = "; ".join(
+                f"head {h['head']}: subject {h['mass_on_subject']:.2f}, object "
+                f"{h['mass_on_object']:.2f}, entropy {h['entropy']:.2f}"
+                for h in run["diagnostic"]["heads"]
+            )
+            out.append(f"{run['n_heads']} head(s), last layer, from the query token: {focus}")
+    return out

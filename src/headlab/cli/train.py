@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
 from headlab.cli._args import integer, seed, text
@@ -22,87 +20,54 @@ def add_parser(sub: Any) -> None:
             "rest. The folder loads with headlab (roles, heads, prune) and with transformers."
         ),
     )
-    p.add_argument(
-        "--text",
-        required=True,
-        type=text("a file"),
-        help="a UTF-8 text file (e.g. TinyShakespeare)",
+    add = p.add_argument
+    add(
+        "--text", required=True, type=text("a file"), help="a UTF-8 text file, e.g. TinyShakespeare"
     )
-    p.add_argument(
-        "--out", required=True, type=text("a folder"), help="output folder (refused if it exists)"
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an --out folder headlab wrote")
-    p.add_argument(
-        "--d-model", type=integer(1, 4096), default=128, help="model width (default 128)"
-    )
-    p.add_argument(
-        "--layers", type=integer(1, 64), default=4, help="transformer blocks (default 4)"
-    )
-    p.add_argument(
-        "--heads", type=integer(1, 4096), default=4, help="attention heads per block (default 4)"
-    )
-    p.add_argument(
-        "--context",
-        type=integer(2, 4096),
-        default=128,
-        help="tokens per training window (default 128)",
-    )
-    p.add_argument(
+    add("--out", required=True, type=text("a folder"), help="output folder (refused if it exists)")
+    add("--overwrite", action="store_true", help="replace an --out folder headlab wrote")
+    add("--d-model", type=integer(1, 4096), default=128, help="model width (default 128)")
+    add("--layers", type=integer(1, 64), default=4, help="transformer blocks (default 4)")
+    add("--heads", type=integer(1, 4096), default=4, help="attention heads per block (default 4)")
+    window = integer(2, 4096)
+    add("--context", type=window, default=128, help="tokens per training window (default 128)")
+    add(
         "--vocab",
         type=integer(257, 65536),
         default=1024,
         help="BPE vocabulary size, 257 (bytes and an end token) or more (default 1024)",
     )
-    p.add_argument(
-        "--steps", type=integer(1, 10_000_000), default=2000, help="optimizer steps (default 2000)"
-    )
-    p.add_argument(
-        "--seed", type=seed, default=0, help="seed of data order and weights (default 0)"
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add("--steps", type=integer(1, 10_000_000), default=2000, help="optimizer steps (default 2000)")
+    add("--seed", type=seed, default=0, help="seed of data order and weights (default 0)")
+    add("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from headlab.cli._progress import progress_for
-    from headlab.errors import InputError
-    from headlab.outputs import check_output
-    from headlab.training.language_model import KIND, LMRecipe, train_language_model
+    from headlab.training.language_model import train_file, trained_text
 
-    out = check_output(args.out, overwrite=args.overwrite, kind=KIND)
-    try:
-        text = Path(args.text).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read --text {args.text}: {exc}") from None
     if not args.verbose:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # the saving step's shard bar
-    recipe = LMRecipe(
-        d_model=args.d_model,
-        n_layers=args.layers,
-        n_heads=args.heads,
-        d_ff=4 * args.d_model,
-        context=args.context,
-        vocab_size=args.vocab,
-        steps=args.steps,
-        seed=args.seed,
-    )
     with progress_for(args, "headlab train") as progress:
-        info = train_language_model(
-            text,
-            out,
-            recipe,
-            source=Path(args.text).name,
+        info = train_file(
+            args.text,
+            args.out,
             overwrite=args.overwrite,
             progress=progress,
+            d_model=args.d_model,
+            n_layers=args.layers,
+            n_heads=args.heads,
+            d_ff=4 * args.d_model,
+            context=args.context,
+            vocab_size=args.vocab,
+            steps=args.steps,
+            seed=args.seed,
         )
     if args.json:
         emit_json(info)
     else:
-        print(
-            f"trained {out}: held-out perplexity {info['held_out_perplexity']:.2f} "
-            f"({info['held_out_tokens']:,} tokens); load it with headlab.models.load",
-            file=sys.stdout,
-        )
+        print(*trained_text(args.out, info), sep="\n")
     return 0

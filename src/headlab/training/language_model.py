@@ -123,3 +123,42 @@ def train_language_model(
         except SafetensorError as exc:
             raise write_error(out, exc) from None
     return info
+
+
+def train_file(
+    text: str | Path,
+    out: str | Path,
+    *,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+    **recipe: Any,
+) -> dict[str, Any]:
+    """:func:`train_language_model` on the UTF-8 file ``text`` (its name recorded as the
+    source) into ``out``, with the :class:`LMRecipe` of ``recipe``; the folder is checked, then
+    the file read, then the recipe, before any training.
+
+    Raises:
+        InputError: ``out`` is taken, the file cannot be read, or the recipe is out of range.
+    """
+    folder = check_output(out, overwrite=overwrite, kind=KIND)
+    try:
+        content = Path(text).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read --text {text}: {exc}") from None
+    return train_language_model(
+        content,
+        folder,
+        LMRecipe(**recipe),
+        source=Path(text).name,
+        overwrite=overwrite,
+        progress=progress,
+    )
+
+
+def trained_text(out: str | Path, info: dict[str, Any]) -> list[str]:
+    """What ``headlab train`` prints of a run (:func:`train_language_model`'s ``info``): the
+    folder and its held-out perplexity."""
+    return [
+        f"trained {Path(out)}: held-out perplexity {info['held_out_perplexity']:.2f} "
+        f"({info['held_out_tokens']:,} tokens); load it with headlab.models.load"
+    ]

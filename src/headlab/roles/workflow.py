@@ -88,6 +88,20 @@ def read_gold(
     )
 
 
+def roles_dtype(dtype: str, bf16: bool = False) -> str:
+    """The dtype a roles run loads its model in: ``bf16`` (``--bf16``) is ``bfloat16`` (the
+    model and q k^T in bfloat16, softmax and statistics in float32).
+
+    Raises:
+        InputError: ``bf16`` with a dtype other than float32 (the default) or bfloat16.
+    """
+    if not bf16:
+        return dtype
+    if dtype not in ("float32", "bfloat16"):
+        raise InputError(f"--bf16 is --dtype bfloat16; it contradicts --dtype {dtype}")
+    return "bfloat16"
+
+
 def run_roles(
     lm: LoadedModel,
     gold: GoldInputs,

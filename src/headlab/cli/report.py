@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Any
 
-from headlab.cli._args import MAX_REPLICATES, integer, text
-from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, text_side
+from headlab.cli._args import text
+from headlab.cli._model import load_model, text_side
 from headlab.cli._output import data_notes, native_note
 from headlab.cli._progress import progress_for
+from headlab.cli.roles import add_gold, add_model, read_gold_of
 
 
 def add_parser(sub: Any) -> None:
@@ -25,199 +26,123 @@ def add_parser(sub: Any) -> None:
             "cache (--model smollm2 writes ./headlab-report-smollm2/, linked both ways)."
         ),
     )
-    p.add_argument(
-        "--model",
-        type=text("a model folder"),
-        help=MODEL_HELP,
-    )
-    add_model_arguments(p)
-    p.add_argument(
+    add, file = p.add_argument, text("a file")
+    add_model(p)
+    add(
         "--out",
         type=text("a folder"),
         help="output folder (default headlab-report; headlab-report-smollm2 for --model smollm2)",
     )
-    p.add_argument(
+    add(
         "--overwrite",
         action="store_true",
         help="replace another headlab output folder (a report is replaced without it; "
         "folders headlab did not write never are)",
     )
-    p.add_argument(
-        "--treebank",
-        type=text("a file"),
-        help="a CoNLL-U file (default: the bundled UD EWT dev sample)",
-    )
-    p.add_argument(
-        "--gap", type=text("a file"), help="a GAP TSV file (default: the bundled GAP sample)"
-    )
-    p.add_argument("--no-gap", action="store_true", help="skip the coreference probe")
-    p.add_argument(
-        "--limit",
-        type=integer(1, 10**9),
-        help="use at most this many sentences and GAP rows",
-    )
-    p.add_argument(
-        "--replicates",
-        type=integer(0, MAX_REPLICATES),
-        default=100,
-        help="bootstrap resamples (default 100)",
-    )
-    p.add_argument(
-        "--reliability",
-        type=integer(0, 100),
-        metavar="K",
-        help="assign roles on K folds of whole documents too, as headlab roles does (default 5 "
-        "when the data has 5 documents, else off; 0: off)",
-    )
-    p.add_argument(
+    add_gold(p)
+    add(
         "--sentence",
         action="append",
         type=text("a sentence"),
         help="a sentence for the viewer (repeatable; the lesson's sentence always comes first, "
         "for a causal model the IOI prompt)",
     )
-    p.add_argument(
+    add(
         "--word",
         type=text("a word"),
         help="word the viewer opens on; WORD#2 for its second occurrence (default prepared; "
         "for a causal model to#2, the IOI prompt's last word)",
     )
-    p.add_argument(
+    add(
         "--pruning",
-        type=text("a file"),
+        type=file,
         help="a pruning result: the JSON of headlab prune --json/--curve",
     )
-    p.add_argument(
+    add(
         "--prune",
         action="store_true",
         help="measure the pruning curve too (slower): STS-B for an encoder, perplexity on --text "
         "for a causal model (with KV-cache bytes per point)",
     )
-    p.add_argument(
+    add(
         "--text",
-        type=text("a file"),
+        type=file,
         help="held-out text for a causal model's --prune (default: the pruning library's "
         "bundled text, where it has one)",
     )
-    _add_result_files(p)
-    p.add_argument(
+    add(
+        "--experiment",
+        "--one-vs-many",
+        action="append",
+        type=file,
+        help="the JSON of headlab experiment one-vs-many --json (repeatable: e.g. the small "
+        "and the large setting)",
+    )
+    add("--cost", type=file, help="the JSON of headlab experiment cost --json")
+    add(
+        "--patch",
+        type=file,
+        help="the JSON of headlab patch --json: which heads carry a behaviour, as a heatmap",
+    )
+    add(
+        "--circuit",
+        type=file,
+        help="the JSON of headlab circuit --json: the circuit drawn as a graph",
+    )
+    add(
         "--full",
         action="store_true",
         help="measure everything the ledger needs: roles, the pruning curve, experiment cost "
         "--quick and experiment one-vs-many --quick (files given are used instead)",
     )
-    p.add_argument(
+    add(
         "--roles-only",
         action="store_true",
         help="skip the quick measurements that fill the lesson's claim table (a pruning curve "
         "on 300 STS-B pairs for an encoder, experiment cost --quick, experiment one-vs-many "
         "--quick: about 25 s on 2 cores); the table then says which claims were not measured",
     )
-    p.add_argument(
+    add(
         "--ledger-md",
-        type=text("a file"),
+        type=file,
         help="also write the ledger of the lesson's claims as a Markdown table to this file",
     )
     p.set_defaults(handler=run)
 
 
-def _add_result_files(p: Any) -> None:
-    """The results a report draws from files instead of measuring them."""
-    p.add_argument(
-        "--experiment",
-        "--one-vs-many",
-        action="append",
-        type=text("a file"),
-        help="the JSON of headlab experiment one-vs-many --json (repeatable: e.g. the small "
-        "and the large setting)",
-    )
-    p.add_argument("--cost", type=text("a file"), help="the JSON of headlab experiment cost --json")
-    p.add_argument(
-        "--patch",
-        type=text("a file"),
-        help="the JSON of headlab patch --json: which heads carry a behaviour, as a heatmap",
-    )
-    p.add_argument(
-        "--circuit",
-        type=text("a file"),
-        help="the JSON of headlab circuit --json: the circuit drawn as a graph",
-    )
+#: the flags :class:`headlab.report.request.ReportRequest` holds as they are
+REQUEST = (
+    "model replicates out overwrite word prune text full roles_only pruning cost patch circuit"
+)
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.errors import InputError
-    from headlab.outputs import check_output, write_text_atomic
-    from headlab.report import KIND
-    from headlab.report.build import (
-        build_report,
-        causal_prune_options,
-        check_focus_word,
-        default_folder,
-        measure_mode,
-        read_inputs,
-        viewer_sentences,
-    )
-    from headlab.roles.workflow import read_gold
+    from headlab.report.build import causal_prune_options
+    from headlab.report.request import ReportRequest, build_requested, check_request, write_ledger
 
-    inputs = read_inputs(
-        pruning=args.pruning,
-        experiments=args.experiment,
-        cost=args.cost,
-        patch=args.patch,
-        circuit=args.circuit,
+    request = ReportRequest(
+        sentence=tuple(args.sentence or ()),
+        experiment=tuple(args.experiment or ()),
+        **{name: getattr(args, name) for name in REQUEST.split()},
     )
-    args.out = args.out or default_folder(args.model)
-    if args.text is not None and not args.prune:
-        raise InputError("--text is the held-out text of --prune's perplexity curve: add --prune")
-    if args.model is None:  # the default encoder: check the word before any work
-        check_focus_word(*_focus(viewer_sentences(False, args.sentence, args.word)))
-    check_output(args.out, overwrite=args.overwrite, kind=KIND, replace_kind=True)
-    if not args.verbose:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    gold = read_gold(
-        treebank=args.treebank,
-        gap=args.gap,
-        no_gap=args.no_gap,
-        limit=args.limit,
-        reliability=args.reliability,
-    )
+    inputs = check_request(request)
+    gold = read_gold_of(args)
     lm = text_side(load_model(args))  # an encoder-decoder's encoder, as roles measure it
     prune_options = None
     if args.prune and lm.causal:  # perplexity needs the language-model head
         lm = load_model(args, with_lm_head=True)
         prune_options = causal_prune_options(lm, args.text)  # before the roles, not after
     native_note("headlab report")
-    sentences, word = viewer_sentences(lm.causal, args.sentence, args.word)
-    if args.model is not None:  # now that the model, and so its sentences, are known
-        check_focus_word(word, sentences)
-    measure = measure_mode(full=args.full, prune=args.prune, roles_only=args.roles_only)
+    request.viewer(lm.causal)  # its word checked, now that the model's sentences are known
     with progress_for(args, "headlab report") as progress:
-        built = build_report(
-            lm,
-            gold,
-            inputs,
-            out=args.out,
-            sentences=sentences,
-            word=word,
-            replicates=args.replicates,
-            measure=measure,
-            prune_options=prune_options,
-            overwrite=args.overwrite,
-            progress=progress,
+        built = build_requested(
+            request, lm, gold, inputs, prune_options=prune_options, progress=progress
         )
     data_notes("headlab report", built.roles.data, gold.folds_off, built.roles.replicates)
     if built.note:
         print(f"headlab report: note: {built.note}", file=sys.stderr, flush=True)
     if args.ledger_md:
-        ledger = (built.out / "ledger.md").read_text(encoding="utf-8")
-        write_text_atomic(args.ledger_md, ledger)
+        write_ledger(built.out, args.ledger_md)
         print(f"wrote {args.ledger_md}")
     print(f"wrote {built.out / 'index.html'}")
     return 0
-
-
-def _focus(chosen: tuple[list[str], str]) -> tuple[str, list[str]]:
-    sentences, word = chosen
-    return word, sentences

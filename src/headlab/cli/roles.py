@@ -118,60 +118,54 @@ def read_gold_of(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from headlab import distributed
-
-    # under torchrun (WORLD_SIZE > 1) the ranks share the corpus; rank 0 writes the result
-    with distributed.group(model_device(args)):
-        return _run(args)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from headlab import distributed
     from headlab.errors import ModalityError
     from headlab.roles.checkpoint import Checkpoint
     from headlab.roles.results import heads_csv
     from headlab.roles.summary import roles_text
     from headlab.roles.workflow import keep_roles, roles_dtype, run_roles
 
-    gold = read_gold_of(args)
-    args.dtype = roles_dtype(args.dtype, args.bf16)
-    checkpoint = None
-    if args.checkpoint is not None:
-        checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every)
-    try:
-        lm = load_model(args)  # a dual encoder (CLIP) loads its text tower alone
-    except ModalityError as exc:
-        raise ModalityError(
-            f"headlab roles measures heads on text (a treebank, GAP); {exc}", reads=exc.reads
-        ) from None
-    lm = text_side(lm)  # roles are measured on text: an encoder-decoder's encoder
-    writer = distributed.writes()
-    if writer:
-        native_note("headlab roles")
-    # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
-    drawn: AbstractContextManager[Progress] = (
-        progress_for(args, "headlab roles") if writer else nullcontext(NO_PROGRESS)
-    )
-    with drawn as progress:
-        report = run_roles(
-            lm,
-            gold,
-            replicates=args.replicates,
-            seed=args.seed,
-            batch_tokens=args.batch_tokens,
-            checkpoint=checkpoint,
-            progress=progress,
+    # under torchrun (WORLD_SIZE > 1) the ranks share the corpus; rank 0 writes the result
+    with distributed.group(model_device(args)):
+        gold = read_gold_of(args)
+        args.dtype = roles_dtype(args.dtype, args.bf16)
+        checkpoint = None
+        if args.checkpoint is not None:
+            checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every)
+        try:
+            lm = load_model(args)  # a dual encoder (CLIP) loads its text tower alone
+        except ModalityError as exc:
+            raise ModalityError(
+                f"headlab roles measures heads on text (a treebank, GAP); {exc}", reads=exc.reads
+            ) from None
+        lm = text_side(lm)  # roles are measured on text: an encoder-decoder's encoder
+        writer = distributed.writes()
+        if writer:
+            native_note("headlab roles")
+        # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
+        drawn: AbstractContextManager[Progress] = (
+            progress_for(args, "headlab roles") if writer else nullcontext(NO_PROGRESS)
         )
-    if writer:
-        data_notes("headlab roles", report.data, gold.folds_off, report.replicates)
-        note = keep_roles(report.to_json())  # where headlab serve looks for it
-        if note:
-            print(f"headlab roles: note: {note}", file=sys.stderr, flush=True)
-        if args.json:
-            emit_json(report.to_json())
-        elif args.csv:
-            sys.stdout.write(heads_csv(report))
-        else:
-            show(roles_text(report))
-    if checkpoint is not None:  # the result is out: the checkpoint has served
-        checkpoint.remove()
-    return 0
+        with drawn as progress:
+            report = run_roles(
+                lm,
+                gold,
+                replicates=args.replicates,
+                seed=args.seed,
+                batch_tokens=args.batch_tokens,
+                checkpoint=checkpoint,
+                progress=progress,
+            )
+        if writer:
+            data_notes("headlab roles", report.data, gold.folds_off, report.replicates)
+            note = keep_roles(report.to_json())  # where headlab serve looks for it
+            if note:
+                print(f"headlab roles: note: {note}", file=sys.stderr, flush=True)
+            if args.json:
+                emit_json(report.to_json())
+            elif args.csv:
+                sys.stdout.write(heads_csv(report))
+            else:
+                show(roles_text(report))
+        if checkpoint is not None:  # the result is out: the checkpoint has served
+            checkpoint.remove()
+        return 0

@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from headlab.errors import DataFormatError, InputError
+from headlab.page.panel import panel_head
 from headlab.roles.results import read_roles_json
 from headlab.roles.workflow import cached_roles_path
-
-#: what the page needs of each head of a roles run
-HEAD_KEYS = ("layer", "head", "role", "roles", "detail", "score", "baseline", "margin", "stability")
 
 
 def read_roles(path: str | Path) -> dict[str, Any]:
@@ -60,7 +58,8 @@ class RoleSources:
     ) -> dict[str, Any]:
         """What the page shows for the model ``name``: ``source`` (the file, or ``None``),
         ``note`` (in words), ``roles`` (the run's role names, in its order) and ``heads``
-        (:data:`HEAD_KEYS` and the evidence); ``command``: what ``--model`` takes to measure
+        (the keys the report's panel reads too,
+        :data:`headlab.page.panel.PANEL_KEYS`); ``command``: what ``--model`` takes to measure
         it (``None`` for the default model)."""
         if name in self.given:
             path, data = self.given[name]
@@ -91,10 +90,7 @@ class RoleSources:
                 "heads": [],
                 "roles": [],
             }
-        heads = [
-            {**{k: h.get(k) for k in HEAD_KEYS}, "evidence": h.get("evidence")}
-            for h in data["heads"]
-        ]
+        heads = [panel_head(h) for h in data["heads"]]
         roles = list(data.get("role_counts") or {h["role"] for h in heads})
         return {
             "model": name,

@@ -1,10 +1,11 @@
 """The explorer's HTML: the live page ``headlab serve`` answers, and the notebook view.
 
-Both draw with the report's own drawing code (``assets/draw.js``) through one heads view
-(``assets/heads.js``: the layer x head grid for a word, a head's pattern for that word and token
-to token). The page adds ``explorer.js``, which asks the server's JSON API on the same origin;
-the notebook view is one block of HTML with its data inline, for ``_repr_html_``: nothing in
-either is fetched from the network.
+Both draw with the report's own drawing code (``assets/draw.js``) and its grid of heads and
+evidence panel (``assets/grid.js``) through one heads view (``assets/heads.js``: the layer x
+head grid for a word, a head's pattern for that word and token to token). The page adds
+``explorer.js``, which asks the server's JSON API on the same origin; the notebook view is one
+block of HTML with its data inline, for ``_repr_html_``: nothing in either is fetched from the
+network.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 from headlab._version import __version__
 from headlab.page.html import content_security_policy, fill, safe_json
 
-#: the scripts of the page and of the notebook view, joined in order inside one function
-PAGE_SCRIPTS = ("draw.js", "heads.js", "explorer.js")
-NOTEBOOK_SCRIPTS = ("draw.js", "heads.js")
+#: the scripts of the page and of the notebook view, joined in order inside one function;
+#: ``grid.js`` is the report's grid of heads and evidence panel, the same code on every page
+PAGE_SCRIPTS = ("draw.js", "grid.js", "heads.js", "explorer.js")
+NOTEBOOK_SCRIPTS = ("draw.js", "grid.js", "heads.js")
 
 
 def _asset(name: str) -> str:

@@ -48,9 +48,9 @@ def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
     return fill(template, parts)
 
 
-#: the page's script, in order: the drawing of a head (shared with the explorer), the viewer and
-#: grid, the tables, the decoder's parts and start
-SCRIPT_PARTS = ("draw.js", "report.js", "tables.js", "decoder.js")
+#: the page's script, in order: the drawing of a head, the grid of heads and a head's evidence
+#: panel (both shared with the explorer), the viewer, the tables, the decoder's parts and start
+SCRIPT_PARTS = ("draw.js", "grid.js", "report.js", "tables.js", "decoder.js")
 
 
 def script(assets: Any) -> str:

@@ -79,11 +79,10 @@ renderViewer();
 // just before left aside (previous-token heads have their own list); on SmolLM2 layer 4, head 7,
 // from the IOI prompt's last "to" to "the", the word after the earlier "to" (induction-like)
 function focusHead(s, i) {
-  const sink = sinkOf(s);
   let found = null;
   s.patterns.forEach((layer, l) => layer.forEach((p, h) => {
     for (let j = 0; j < i - 1; j++) {
-      if (j === sink || s.special[j]) continue;
+      if (setApart(s, i, j)) continue;  // grid.js's one rule: special tokens and the sink
       if (found === null || p[i][j] > found[2]) found = [l, h, p[i][j]];
     }
   }));

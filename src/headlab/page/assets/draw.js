@@ -1,7 +1,8 @@
 // headlab's drawing of one head's pattern, shared by the report (report.js), the live explorer
-// and the notebook view (heads.js). Nodes are built with textContent, never innerHTML, so text
-// from the model or the user shows as text. A "side" is {words, special}: the rows and columns
-// of a pattern; a "mat" is {p, colour, label}: one head's weights p[query][key] in [0, 1].
+// and the notebook view (heads.js); the grid of heads and a head's panel are grid.js's. Nodes
+// are built with textContent, never innerHTML, so text from the model or the user shows as
+// text. A "side" is {words, special, sink}: the rows and columns of a pattern; a "mat" is
+// {p, colour, label}: one head's weights p[query][key] in [0, 1].
 
 function el(tag, attrs, text) {
   const node = document.createElement(tag);
@@ -129,6 +130,3 @@ function heatScale() {
   scale.appendChild(el("span", {}, " 1"));
   return scale;
 }
-
-// the sentence's attention sink (from headlab's one rule, headlab.models.analysis.sink_index)
-function sinkOf(d) { return d.sink === undefined || d.sink === null ? -1 : d.sink; }

@@ -22,12 +22,8 @@ function status(text, isError) {
 function offKey(l, h) { return l + "." + h; }
 
 const view = headsView($("heads"), {
+  roles: () => (app.roles && app.roles.source ? { of: roleOf, style: app.roles.role_style } : null),
   decorate: (button, l, h) => {
-    const info = roleOf(l, h);
-    if (info) {
-      button.style.boxShadow = "inset 0 -5px 0 " + info.colour;
-      button.title += " \u2014 role: " + info.role;
-    }
     if (app.ablated.has(offKey(l, h))) {
       button.classList.add("off");
       button.title += " (switched off)";
@@ -136,13 +132,9 @@ function exportPng() {
 }
 
 // ---------------------------------------------------------------- roles of a roles run
+// a head of the model's roles run (grid.js's lookup, built once per run), or null
 function roleOf(l, h) {
-  const r = app.roles;
-  if (!r || !r.heads) return null;
-  const info = r.heads.find((x) => x.layer === l && x.head === h);
-  if (!info) return null;
-  const style = r.role_style[info.role] || { colour: "#ccc", letter: "?" };
-  return Object.assign({ colour: style.colour, letter: style.letter }, info);
+  return app.roles && app.roles.lookup ? app.roles.lookup(l, h) : null;
 }
 async function loadRoles() {
   try {
@@ -150,6 +142,7 @@ async function loadRoles() {
   } catch (e) {
     app.roles = { source: null, note: String(e.message) };
   }
+  app.roles.lookup = roleLookup(app.roles.heads);
   const note = $("roles-note");
   note.textContent = app.roles.source
     ? "Roles from " + app.roles.source + ", as a strip under each cell: "
@@ -165,32 +158,20 @@ async function loadRoles() {
 }
 
 // ---------------------------------------------------------------- the chosen head
+// grid.js's evidence panel, as the report shows it: where the chosen word attends, the head's
+// measured role and its evidence, its strongest link in the sentence
 function showHead() {
   const box = $("head-info");
   box.replaceChildren();
   const d = view.data;
   if (!d) return;
   const l = view.layer, h = view.head;
-  box.appendChild(el("h3", {}, "Layer " + l + ", head " + h));
-  if (view.word >= 0) {
-    const row = view.pattern(l, h, false)[view.word];
-    box.appendChild(el("p", {}, attendsText(d.words, d.special, sinkOf(d), row, view.word, 3)));
-  }
-  const info = roleOf(l, h);
-  if (info) {
-    box.appendChild(el("p", { class: "role" }, "Measured role: " + info.role + (info.detail ? " (" + info.detail + ")" : "") +
-      "; score " + fmt(info.score) + " against a baseline of " + fmt(info.baseline) +
-      (info.stability === null || info.stability === undefined ? "" : ", stability " + fmt(info.stability, 2)) + "."));
-    const ev = info.evidence;
-    if (ev && ev.accuracy !== undefined) {
-      box.appendChild(el("p", { class: "muted" }, "Evidence: " + (ev.relation ? ev.relation + " " +
-        String(ev.direction || "").replaceAll("_", " ") : ev.probe || "the probe") + ", " +
-        fmt(100 * ev.accuracy, 1) + "% against " + fmt(100 * ev.baseline, 1) + "% on " + ev.count +
-        (ev.q === null || ev.q === undefined ? "" : "; q = " + Number(ev.q).toPrecision(2)) + "."));
-    }
-  } else if (app.roles && !app.roles.source) {
-    box.appendChild(el("p", { class: "muted" }, "No roles run for this model (see above)."));
-  }
+  const p = view.pattern(l, h, false);
+  box.replaceChildren(...headPanel(l, h, roleOf(l, h), {
+    word: view.word >= 0 ? { side: d, row: p[view.word], index: view.word } : null,
+    examples: [{ side: d, p: p, text: d.text }],
+    none: app.roles && !app.roles.source ? "No roles run for this model (see above)." : null,
+  }));
   const off = app.ablated.has(offKey(l, h));
   const button = el("button", { id: "toggle", "aria-pressed": String(off) }, off ? "switch this head back on" : "switch this head off");
   button.addEventListener("click", () => toggle(l, h));

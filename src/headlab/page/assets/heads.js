@@ -1,51 +1,16 @@
 // One sentence's heads (the JSON of headlab.explore.sentence.SentenceHeads.to_json): the
 // layer x head grid for a chosen word, and the chosen head's pattern, for that word (lines
 // between words) and token to token (a heatmap). Used by the live explorer and the notebook
-// view; the drawing itself is draw.js's. Everything lives under `root`: no ids, so several
-// views can share a page (a notebook's outputs).
+// view; the drawing itself is draw.js's, the grid of heads grid.js's (the report's grid too).
+// Everything lives under `root`: no ids, so several views can share a page (a notebook's
+// outputs).
 
-// the key word a query word attends to most, special tokens and the sink left out (a
-// decoder's first word, where heads park what they do not use; sink < 0: none): [index, weight]
-function topKey(p, i, special, sink) {
-  if (i === sink) sink = -1;  // the sink's own row sees only itself: nothing set apart
-  let best = -1;
-  for (let j = 0; j < p[i].length; j++) {
-    if (special[j] || j === sink) continue;
-    if (best < 0 || p[i][j] > p[i][best]) best = j;
-  }
-  return best < 0 ? [-1, 0] : [best, p[i][best]];
-}
-// where the weight set apart goes: the special token or sink with the most, [index, weight]
-function apartKey(p, i, special, sink) {
-  if (i === sink) sink = -1;
-  let best = -1;
-  for (let j = 0; j < p[i].length; j++) {
-    if (!(special[j] || j === sink)) continue;
-    if (best < 0 || p[i][j] > p[i][best]) best = j;
-  }
-  return best < 0 ? [-1, 0] : [best, p[i][best]];
-}
-// one sentence for every view: "0.99 to [CLS] (set apart); among the words, most to ..."
-function attendsText(words, special, sink, row, i, k) {
-  if (i === sink) sink = -1;
-  const p = [];
-  p[i] = row;
-  const others = row.map((w, j) => [w, j]).filter(([, j]) => !special[j] && j !== sink)
-    .sort((a, b) => b[0] - a[0]).slice(0, k);
-  const apart = apartKey(p, i, special, sink);
-  const most = others.map(([w, j]) => "\u201c" + words[j] + "\u201d " + fmt(w, 2)).join(", ");
-  const what = apart[0] === sink ? " (the sink: a decoder's first word)" : "";
-  if (apart[0] >= 0 && apart[1] > (others.length ? others[0][0] : 0)) {
-    return "\u201c" + words[i] + "\u201d sends " + fmt(apart[1], 2) + " to \u201c" + words[apart[0]] +
-      "\u201d" + what + (most ? "; among the other words, most to " + most : "") + ".";
-  }
-  return "\u201c" + words[i] + "\u201d attends most to " + most +
-    (apart[0] >= 0 ? " (" + fmt(apart[1], 2) + " to \u201c" + words[apart[0]] + "\u201d" + what + ")" : "") + ".";
-}
 function shortWord(w) { return w.length > 7 ? w.slice(0, 6) + "\u2026" : w; }
 
-// opts: onSelect(layer, head) after a head is chosen; decorate(button, layer, head) adds marks
-// (a role's colour, a head switched off); onWord(index) after a word is chosen
+// opts: onSelect(layer, head) after a head is chosen; roles() the heads' roles, if any
+// ({of, style}: a strip of each head's role colour under its cell, grid.js's markRole);
+// decorate(button, layer, head) adds marks (a head switched off); onCell(layer, head, event)
+// instead of selecting the head clicked; onWord(index) after a word is chosen
 function headsView(root, opts) {
   opts = opts || {};
   const view = { data: null, layer: 0, head: 0, word: -1, words: [], tokens: [], weighting: "attention", norms: null };
@@ -80,55 +45,36 @@ function headsView(root, opts) {
   }
   view.pattern = (layer, head, tokens) => mat(layer, head, tokens);
 
-  function drawGrid() {
+  // grid.js's grid: each cell names the word the chosen word attends to most in that head
+  function fillCell(b, l, h) {
     const d = view.data;
-    const most = Math.max.apply(null, d.heads_in_layer);
-    const t = el("table");
-    const top = el("tr");
-    top.appendChild(el("th", {}, "layer \\ head"));
-    for (let h = 0; h < most; h++) top.appendChild(el("th", {}, h));
-    t.appendChild(top);
-    for (let l = 0; l < d.layers; l++) {
-      const tr = el("tr");
-      tr.appendChild(el("th", {}, l));
-      for (let h = 0; h < most; h++) {
-        const td = el("td");
-        if (h >= d.heads_in_layer[l]) {
-          td.textContent = "\u2013";
-          td.className = "pruned";
-          tr.appendChild(td);
-          continue;
-        }
-        let label = "", tip = "layer " + l + ", head " + h, w = 0, apartShare = 0;
-        if (view.word >= 0) {
-          const p = mat(l, h, false), sink = sinkOf(d);
-          const best = topKey(p, view.word, d.special, sink);
-          const apart = apartKey(p, view.word, d.special, sink);
-          if (best[0] >= 0) {
-            w = best[1];
-            label = shortWord(d.words[best[0]]);
-            tip += ": " + attendsText(d.words, d.special, sink, p[view.word], view.word, 1);
-          }
-          if (apart[0] >= 0 && apart[1] > w) {  // most of the weight is set apart: marked
-            apartShare = apart[1];
-          }
-        }
-        const b = el("button", { "data-layer": l, "data-head": h, title: tip }, label);
-        b.style.background = "rgba(31,95,191," + (0.08 + 0.92 * w) + ")";
-        if (w > 0.5) b.classList.add("dark");
-        if (apartShare > 0) {
-          b.classList.add("apart");
-          b.setAttribute("data-apart", fmt(apartShare, 2));
-        }
-        if (l === view.layer && h === view.head) b.classList.add("selected");
-        if (opts.decorate) opts.decorate(b, l, h);
-        b.addEventListener("click", (e) => (opts.onCell ? opts.onCell(l, h, e) : view.select(l, h)));
-        td.appendChild(b);
-        tr.appendChild(td);
-      }
-      t.appendChild(tr);
+    b.style.background = "rgba(31,95,191,0.08)";
+    if (view.word < 0) return;
+    const p = mat(l, h, false), side = { words: d.words, special: d.special, sink: d.sink };
+    const best = topKey(side, p, view.word, false);
+    const apart = topKey(side, p, view.word, true);
+    const w = best[0] >= 0 ? best[1] : 0;
+    if (best[0] >= 0) {
+      b.textContent = shortWord(d.words[best[0]]);
+      b.title += ": " + attendsText(side, p[view.word], view.word, 1);
     }
-    grid.replaceChildren(t);
+    b.style.background = "rgba(31,95,191," + (0.08 + 0.92 * w) + ")";
+    if (w > 0.5) b.classList.add("dark");
+    if (apart[0] >= 0 && apart[1] > w) {  // most of the weight is set apart: marked
+      b.classList.add("apart");
+      b.setAttribute("data-apart", fmt(apart[1], 2));
+    }
+  }
+
+  function showGrid() {
+    const roles = opts.roles ? opts.roles() : null;
+    grid.replaceChildren(headGrid(view.data.heads_in_layer, {
+      cell: fillCell,
+      roles: roles ? { of: roles.of, style: roles.style, fill: false } : null,
+      selected: [view.layer, view.head],
+      decorate: opts.decorate,
+      onClick: (l, h, e) => (opts.onCell ? opts.onCell(l, h, e) : view.select(l, h)),
+    }));
     grid.setAttribute("data-word", view.word);
   }
 
@@ -161,7 +107,7 @@ function headsView(root, opts) {
 
   view.render = function () {
     if (!view.data) return;
-    drawGrid();
+    showGrid();
     drawNote();
     drawHead();
   };

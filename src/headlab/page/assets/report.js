@@ -1,6 +1,7 @@
 // headlab report: everything below builds DOM nodes with textContent, never innerHTML, so any
-// text from the model, the data or the user shows as text. draw.js, this file, tables.js and
-// decoder.js are parts of one function (headlab.page.html joins them): they share its names.
+// text from the model, the data or the user shows as text. draw.js, grid.js, this file,
+// tables.js and decoder.js are parts of one function (headlab.page.html joins them): they share
+// its names.
 const data = JSON.parse(document.getElementById("headlab-data").textContent);
 // each sentence's layers arrive as bytes (draw.js's decodeLayer): decoded once into
 // [layer][head][row][column] weights
@@ -19,33 +20,9 @@ const roles = data.roles;
 const causal = !!data.causal;
 const state = { sentence: data.focus.sentence, layer: 0, head: 0, mode: "lines", word: -1 };
 
-// a share in % with its 95% interval: "57.5 [55.3-59.7]"
-function pct(v, interval) {
-  if (v === null || v === undefined) return "\u2013";
-  return fmt(100 * v, 1) + (interval && interval[0] !== null
-    ? " [" + fmt(100 * interval[0], 1) + "\u2013" + fmt(100 * interval[1], 1) + "]" : "");
-}
-function sci(v) {
-  return v === null || v === undefined ? "\u2013" : Number(v).toPrecision(2);
-}
 // heads of each layer: fewer in some layers of a model pruned layer by layer
 const layerHeads = roles.heads_in_layer || Array(roles.layers).fill(roles.heads_per_layer);
-const firstHead = layerHeads.map((n, l) => layerHeads.slice(0, l).reduce((a, b) => a + b, 0));
-function headInfo(layer, head) {
-  return head < layerHeads[layer] ? roles.heads[firstHead[layer] + head] : null;
-}
-function table(headers, rows) {
-  const t = el("table", { class: "data" });
-  const tr = el("tr");
-  headers.forEach((h) => tr.appendChild(el("th", {}, h)));
-  t.appendChild(tr);
-  rows.forEach((r) => {
-    const row = el("tr");
-    r.forEach((c) => row.appendChild(el("td", {}, c)));
-    t.appendChild(row);
-  });
-  return t;
-}
+const headInfo = roleLookup(roles.heads);  // grid.js: a head of the roles run, or null
 
 // ---------------------------------------------------------------- header
 document.getElementById("model").textContent = data.model;
@@ -82,102 +59,30 @@ if (roles.heads.some((h) => h.stable === false)) {
   s.appendChild(document.createTextNode("hatched: unstable (its role did not replicate)"));
   legend.appendChild(s);
 }
-const grid = el("table");
-const top = el("tr");
-top.appendChild(el("th", {}, "layer \\ head"));
-for (let h = 0; h < roles.heads_per_layer; h++) top.appendChild(el("th", {}, h));
-grid.appendChild(top);
-for (let l = 0; l < roles.layers; l++) {
-  const tr = el("tr");
-  tr.appendChild(el("th", {}, l));
-  for (let h = 0; h < roles.heads_per_layer; h++) {
-    const info = headInfo(l, h);
-    if (info === null) {
-      tr.appendChild(el("td", { class: "pruned", title: "layer " + l + ", head " + h + ": pruned away" }, "\u2013"));
-      continue;
-    }
-    const b = el("button", {
-      "data-layer": l, "data-head": h, "data-roles": info.roles.join(" "),
-      title: "layer " + l + ", head " + h + ": " + info.role +
-        (info.stability === null ? "" : " (stability " + fmt(info.stability, 2) + ")"),
-    }, LETTERS[info.role]);
-    b.style.background = COLOURS[info.role];
-    // a less stable role: a fainter letter, the cell keeps its colour (a faded cell would look
-    // unclassified, which is white)
-    b.style.color = "rgba(0,0,0," + (info.stability === null ? 1 : 0.35 + 0.65 * info.stability) + ")";
-    if (info.stable === false) {  // its role did not replicate: hatched, not faded into white
-      b.classList.add("unstable");
-      b.title += ": unstable";
-    }
-    b.addEventListener("mouseenter", () => showDetails(l, h));
-    b.addEventListener("click", () => selectHead(l, h));
-    const td = el("td");
-    td.appendChild(b);
-    tr.appendChild(td);
-  }
-  grid.appendChild(tr);
-}
-document.getElementById("grid").appendChild(grid);
+// grid.js's grid of heads: each cell in its role's colour and letter
+const gridBox = document.getElementById("grid");
+gridBox.appendChild(headGrid(layerHeads, {
+  roles: { of: headInfo, style: data.role_style, fill: true },
+  onClick: (l, h) => selectHead(l, h),
+  onHover: (l, h) => showDetails(l, h),
+}));
 
-// a decoder's first token soaks up attention that has nowhere else to go (an "attention sink",
-// Xiao et al. 2023): a link to it says little about the head, so it is left out
-function strongestLink(sentence, layer, head) {
-  const p = sentence.patterns[layer][head];
-  const sink = sinkOf(sentence);
-  let best = null;
-  for (let i = 0; i < p.length; i++) {
-    if (sentence.special[i]) continue;
-    for (let j = 0; j < p.length; j++) {
-      if (i === j || j === sink || sentence.special[j]) continue;
-      if (best === null || p[i][j] > best[2]) best = [i, j, p[i][j]];
-    }
-  }
-  return best;
-}
-
+// grid.js's evidence panel of a head, with where the viewer's word attends in its sentence
+// and the head's strongest link in each sentence of the page
 function showDetails(layer, head) {
-  const info = headInfo(layer, head);
-  const box = document.getElementById("details");
-  box.replaceChildren();
-  box.appendChild(el("h3", {}, "Layer " + layer + ", head " + head + ": " + info.role +
-    (info.detail ? " (" + info.detail + ")" : "")));
-  box.appendChild(el("p", {}, "score " + fmt(info.score) + ", baseline " + fmt(info.baseline) +
-    ", margin " + fmt(info.margin) + ", stability " + fmt(info.stability, 2) +
-    (info.roles.length > 1 ? "; also clears the bar for: " + info.roles.slice(1).join(", ") : "")));
-  const ev = info.evidence;
-  if (ev && ev.interval) {
-    box.appendChild(el("p", {}, "Decided by " + (ev.relation
-      ? ev.relation + " " + ev.direction.replaceAll("_", " ") : "coreference (GAP)") + ": " +
-      pct(ev.accuracy, ev.interval) + "% against the baseline's " +
-      pct(ev.baseline, ev.baseline_interval) + "% on " + ev.count +
-      (ev.relation ? " arcs" : " pronouns") + "; exact McNemar p = " + sci(ev.p) +
-      ", Benjamini-Hochberg q = " + sci(ev.q) + " (95% Wilson intervals over documents)."));
-  }
-  if (info.stable === false) {
-    box.appendChild(el("p", { class: "muted" }, "Measured role on all the data: " +
-      info.measured_role + "; not replicated in enough folds, so shown unclassified."));
-  }
-  const rows = Object.entries(info.scores).map(([k, v]) => [k, fmt(v)]);
-  box.appendChild(table(["score", "value"], rows));
-  box.appendChild(el("p", { class: "muted" }, "Strongest word-to-word link of this head in each example:"));
-  const list = el("ul", { class: "examples" });
-  data.sentences.forEach((s) => {
-    const link = strongestLink(s, layer, head);
-    if (!link) return;
-    const item = el("li");
-    item.appendChild(el("b", {}, s.words[link[0]] + " \u2192 " + s.words[link[1]]));
-    item.appendChild(document.createTextNode(" " + fmt(link[2], 2) + " in \u201c" + s.text + "\u201d"));
-    list.appendChild(item);
-  });
-  box.appendChild(list);
+  const s = data.sentences[state.sentence];
+  const word = state.word >= 0 && state.word < s.words.length
+    ? { side: s, row: s.patterns[layer][head][state.word], index: state.word } : null;
+  document.getElementById("details").replaceChildren(...headPanel(layer, head, headInfo(layer, head), {
+    word: word,
+    examples: data.sentences.map((x) => ({ side: x, p: x.patterns[layer][head], text: x.text })),
+  }));
 }
 
 function selectHead(layer, head) {
   state.layer = layer;
   state.head = head;
-  document.querySelectorAll("#grid button.selected").forEach((b) => b.classList.remove("selected"));
-  const b = document.querySelector('#grid button[data-layer="' + layer + '"][data-head="' + head + '"]');
-  if (b) b.classList.add("selected");
+  selectCell(gridBox, layer, head);
   showDetails(layer, head);
   document.getElementById("layer").value = String(layer);
   fillHeads();

@@ -50,6 +50,7 @@ class Import:
     target: str  # headlab.a.b (a module, or the package the name came from)
     line: int
     in_function: bool
+    typing: bool = False  # under ``if TYPE_CHECKING:``: never run
 
 
 def modules() -> dict[str, Path]:
@@ -62,22 +63,29 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports(mods: dict[str, Path]) -> Iterator[Import]:
+def imports(mods: dict[str, Path], *, third_party: bool = False) -> Iterator[Import]:
+    """Every import of headlab's modules (``third_party``: of anything) in ``mods``."""
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        for found in _walk(tree, name, package, mods, in_function=False):
-            if found.target == "headlab" or found.target.startswith("headlab."):
+        for found in _walk(tree, name, package, mods, in_function=False, typing=False):
+            if third_party or found.target == "headlab" or found.target.startswith("headlab."):
                 yield found
 
 
 def _walk(
-    node: ast.AST, name: str, package: str, mods: dict[str, Path], *, in_function: bool
+    node: ast.AST,
+    name: str,
+    package: str,
+    mods: dict[str, Path],
+    *,
+    in_function: bool,
+    typing: bool,
 ) -> Iterator[Import]:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.Import):
             for alias in child.names:
-                yield Import(name, alias.name, child.lineno, in_function)
+                yield Import(name, alias.name, child.lineno, in_function, typing)
         elif isinstance(child, ast.ImportFrom):
             if child.level:
                 parts = package.split(".")
@@ -88,10 +96,13 @@ def _walk(
             for alias in child.names:
                 full = f"{prefix}.{alias.name}"
                 target = full if full in mods else prefix
-                yield Import(name, target, child.lineno, in_function)
+                yield Import(name, target, child.lineno, in_function, typing)
         else:
             inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-            yield from _walk(child, name, package, mods, in_function=inside)
+            unrun = typing or (
+                isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
+            )
+            yield from _walk(child, name, package, mods, in_function=inside, typing=unrun)
 
 
 def top(module: str) -> str:
@@ -194,6 +205,71 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
     fake["headlab.report.y"].write_text("g = 1\n")
     found = list(imports(fake))
     assert found == [Import("headlab.models.x", "headlab.report.y", 2, True)]
+
+
+#: third-party packages whose import takes seconds (torch alone about two)
+HEAVY = frozenset(
+    {"torch", "transformers", "accelerate", "matplotlib", "safetensors", "spacy", "playwright"}
+)
+#: packages whose names load on first use (``__getattr__``): taking a name from one loads the
+#: model code behind it
+FACADES = {"headlab": frozenset({"torch"}), "headlab.models": frozenset({"torch"})}
+
+
+def heavy_on_import() -> dict[str, frozenset[str]]:
+    """The :data:`HEAVY` packages that importing each module runs, through the imports at its
+    top (and its packages' ``__init__``), not those inside functions or under TYPE_CHECKING."""
+    direct: dict[str, set[str]] = {m: set() for m in MODULES}
+    runs: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in imports(MODULES, third_party=True):
+        if imp.in_function or imp.typing:
+            continue
+        root = imp.target.split(".")[0]
+        if root in HEAVY:
+            direct[imp.source].add(root)
+        elif imp.target in FACADES:
+            direct[imp.source] |= FACADES[imp.target]
+        elif imp.target in MODULES:
+            runs[imp.source].add(imp.target)
+    for m in MODULES:  # importing headlab.a.b runs headlab/a/__init__.py first
+        parts = m.split(".")
+        runs[m] |= {".".join(parts[:i]) for i in range(2, len(parts))} & set(MODULES)
+    heavy = {}
+    for m in MODULES:  # everything the import of m runs (a package and its modules run each other)
+        seen, todo = {m}, [m]
+        while todo:
+            for other in runs[todo.pop()] - seen:
+                seen.add(other)
+                todo.append(other)
+        heavy[m] = frozenset().union(*(direct[s] for s in seen))
+    return heavy
+
+
+def test_functions_import_headlab_only_to_stay_light() -> None:
+    """An import of headlab's own modules inside a function is for keeping its module light:
+    it must bring a heavy package (torch, matplotlib...) the module does not already import.
+    Any other belongs at the module's top, where a reader sees what the module uses."""
+    heavy = heavy_on_import()
+    wrong = []
+    for imp in IMPORTS:
+        if not imp.in_function:
+            continue
+        brings = FACADES.get(imp.target) or heavy[imp.target]
+        if not brings - heavy[imp.source]:
+            where = MODULES[imp.source].relative_to(SRC)
+            has = ", ".join(sorted(heavy[imp.source])) or "nothing heavy"
+            wrong.append(
+                f"{where}:{imp.line} imports {imp.target} inside a function; it brings nothing "
+                f"heavy that {imp.source} lacks ({has}): import it at the top"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_light_import_check_sees_torch_through_a_module() -> None:
+    heavy = heavy_on_import()
+    assert "torch" in heavy["headlab.attention.functional"]  # import torch at its top
+    assert "torch" in heavy["headlab.models.loading"]  # through headlab.attention
+    assert "torch" not in heavy["headlab.cli"]  # headlab --help: tests/cli check it is fast
 
 
 #: functions still over the limit, at their present length: each may shrink, none may grow

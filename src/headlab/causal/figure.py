@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+from headlab.outputs import write_bytes_atomic
+
 
 def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
     """Draw ``result`` (a :class:`~headlab.causal.patching.PatchingResult`) as a layers x heads
@@ -212,8 +214,6 @@ def write_circuit(data: dict[str, Any], path: str | Path, *, max_edges: int = 40
 def _save(fig: Any, path: str | Path) -> Path:
     """``fig`` as a PNG at ``path``, written atomically; the figure is closed."""
     import matplotlib.pyplot as plt
-
-    from headlab.outputs import write_bytes_atomic
 
     fig.tight_layout()
     buffer = io.BytesIO()

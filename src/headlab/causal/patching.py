@@ -37,6 +37,7 @@ from headlab.causal.activation import (  # noqa: F401 (the module's public names
     layer_patching,
 )
 from headlab.causal.attribution import attribution_patching
+from headlab.causal.generators import BUILTIN, builtin_prompts
 from headlab.causal.metric import (  # noqa: F401
     IG_STEPS,
     MAX_ROWS,
@@ -50,9 +51,10 @@ from headlab.causal.metric import (  # noqa: F401
 )
 from headlab.causal.result import LAYER_PARTS, LayerTable, PatchingResult  # noqa: F401
 from headlab.causal.table import correlations, pearson, spearman  # noqa: F401
-from headlab.causal.tasks import Task
+from headlab.causal.tasks import Prompt, Task, encode_task, parse_prompt, read_prompts
 from headlab.errors import InputError
-from headlab.models.loading import LoadedModel
+from headlab.models.loading import LoadedModel, wrap
+from headlab.models.loading import LoadedModel as Loaded
 from headlab.progress import Progress
 
 
@@ -152,7 +154,6 @@ def patch_heads(
         >>> result.top(3)  # doctest: +SKIP
         [(23, 3, 0.41), ...]
     """
-    from headlab.models.loading import LoadedModel as Loaded
 
     lm = model if isinstance(model, Loaded) else _wrap(model, tokenizer)
     task = as_task(lm, prompts, n=n, seed=seed)
@@ -172,8 +173,6 @@ def patch_heads(
 
 
 def _wrap(model: Any, tokenizer: Any) -> LoadedModel:
-    from headlab.models.loading import wrap
-
     if tokenizer is None:
         raise InputError("patch_heads needs the model's tokenizer with a transformers model")
     name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
@@ -183,9 +182,6 @@ def _wrap(model: Any, tokenizer: Any) -> LoadedModel:
 def as_task(lm: LoadedModel, prompts: Any, *, n: int = 24, seed: int = 0) -> Task:
     """A :class:`Task` for ``lm``'s tokenizer from any form :func:`patch_heads` takes."""
     from pathlib import Path
-
-    from headlab.causal.generators import BUILTIN, builtin_prompts
-    from headlab.causal.tasks import Prompt, encode_task, parse_prompt, read_prompts
 
     if isinstance(prompts, Task):
         return prompts

@@ -15,9 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from headlab.causal.composition import (
+    check_receivers,
+    composition_scores,
+    parse_heads,
+    receiver_senders,
+)
+from headlab.causal.dla import direct_logit_attribution
+from headlab.causal.figure import write_heatmap
 from headlab.causal.metric import IG_STEPS
+from headlab.causal.patching import as_task, parse_position, run_patching
+from headlab.causal.paths import parse_head, parse_receiver, path_patching
+from headlab.causal.tasks import read_prompts
 from headlab.errors import InputError
-from headlab.models.names import DECODER
+from headlab.models.names import DECODER, resolve
+from headlab.outputs import write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 
 if TYPE_CHECKING:
@@ -75,8 +87,6 @@ def check_request(
     if path is not None and to is None:
         raise InputError("--path names a sender: add --to q|k|v:L.H or --to logits")
     if to is not None:
-        from headlab.causal.paths import parse_head, parse_receiver
-
         parse_receiver(to)
         if path is not None:
             parse_head(path)
@@ -97,7 +107,6 @@ def check_model(model: str, prompts: str | None = None) -> None:
         InputError: a model that reads no next-token logits.
         DataFormatError: a malformed prompts file.
     """
-    from headlab.models.names import resolve
 
     folder_config = Path(model) / "config.json"
     readable = not Path(model).is_dir() or folder_config.is_file()  # else load() says why
@@ -108,8 +117,6 @@ def check_model(model: str, prompts: str | None = None) -> None:
             "...LMHeadModel architecture)"
         )
     if prompts:
-        from headlab.causal.tasks import read_prompts
-
         read_prompts(prompts)
 
 
@@ -169,7 +176,6 @@ class PatchRequest:
 
 def patch_task(lm: LoadedModel, request: PatchRequest) -> Task:
     """The request's prompts for ``lm``'s tokenizer: its file, else its built-in task."""
-    from headlab.causal.patching import as_task
 
     source = request.prompts or request.task or "ioi"
     return as_task(lm, source, n=request.n, seed=request.seed)
@@ -183,20 +189,15 @@ def run_patch(
     :class:`~headlab.causal.dla.DLAResult` (``method="dla"``), else a
     :class:`~headlab.causal.result.PatchingResult`, whose heatmap and CSV are written where
     ``figure`` and ``csv_out`` say."""
-    from headlab.causal.patching import parse_position, run_patching
 
     position = parse_position(request.position)
     if request.to is not None:
-        from headlab.causal.paths import parse_head, parse_receiver, path_patching
-
         senders = None if request.path is None else [parse_head(request.path)]
         receiver = parse_receiver(request.to)
         return path_patching(
             lm, task, receiver, senders=senders, position=position, progress=progress
         )
     if request.method == "dla":
-        from headlab.causal.dla import direct_logit_attribution
-
         return direct_logit_attribution(lm, task, progress=progress)
     head_outputs = request.method == "activation" and request.component == "z"
     result = run_patching(
@@ -211,12 +212,8 @@ def run_patch(
         progress=progress,
     )
     if request.figure:
-        from headlab.causal.figure import write_heatmap
-
         write_heatmap(result, request.figure)
     if request.csv_out:
-        from headlab.outputs import write_text_atomic
-
         write_text_atomic(request.csv_out, result.to_csv())
     return result
 
@@ -247,8 +244,6 @@ class ComposeRequest:
     heads: tuple[tuple[int, int], ...] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        from headlab.causal.composition import parse_heads
-
         if self.receivers:
             object.__setattr__(self, "heads", tuple(parse_heads(self.receivers)))
         elif self.figure:
@@ -284,7 +279,6 @@ def run_compose(lm: LoadedModel, request: ComposeRequest) -> ComposeResult:
     Raises:
         InputError: a receiver ``lm`` does not have (before any score is computed).
     """
-    from headlab.causal.composition import check_receivers, composition_scores, receiver_senders
 
     heads = None if request.heads is None else list(request.heads)
     if heads is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from headlab.causal.dla import DLAResult
+from headlab.causal.paths import PathResult
 from headlab.text import Part, table
 
 if TYPE_CHECKING:
@@ -17,8 +19,6 @@ if TYPE_CHECKING:
 def patch_text(result: Any, top: int = 10) -> list[Part]:
     """What ``headlab patch`` prints of any of its results: :func:`patching_text`,
     :func:`dla_text` or :func:`path_text`."""
-    from headlab.causal.dla import DLAResult
-    from headlab.causal.paths import PathResult
 
     if isinstance(result, PathResult):
         return path_text(result, top)

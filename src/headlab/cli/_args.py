@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from headlab.errors import InputError
+
 #: bootstrap resamples ``roles`` and ``report`` take: headlab.roles.workflow.MAX_REPLICATES,
 #: repeated so that parsing never imports torch (a test keeps the two equal)
 MAX_REPLICATES = 100_000
@@ -79,7 +81,6 @@ def chosen_layers(
     flat: list[int] | None = None,
 ) -> list[int]:
     """``--layer`` (default all of ``layers``), checked, and ``--head`` checked."""
-    from headlab.errors import InputError
 
     chosen = args.layer or layers
     for layer in chosen:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headlab.cli._progress import is_rank_zero
 from headlab.errors import InputError, ModalityError
-from headlab.models.dispatch import DTYPES
+from headlab.models.dispatch import DTYPES, parse_device, parse_dtype, placement_from_options
+from headlab.models.names import resolve
 
 #: what ``--model`` takes, in every command that loads a model
 MODEL_HELP = (
@@ -60,7 +62,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def model_dtype(args: argparse.Namespace) -> Any:
     """The ``torch.dtype`` of ``--dtype``; a one-line error for any other value."""
-    from headlab.models.dispatch import parse_dtype
 
     return parse_dtype(getattr(args, "dtype", None))
 
@@ -68,7 +69,6 @@ def model_dtype(args: argparse.Namespace) -> Any:
 def model_device(args: argparse.Namespace) -> Any:
     """The ``torch.device`` of ``--device`` (default: cuda when available, else cpu), checked to
     exist on this machine; a one-line error otherwise."""
-    from headlab.models.dispatch import parse_device
 
     return parse_device(getattr(args, "device", None))
 
@@ -76,7 +76,6 @@ def model_device(args: argparse.Namespace) -> Any:
 def model_placement(args: argparse.Namespace) -> Any:
     """The :class:`~headlab.models.dispatch.Placement` of ``--device-map``, ``--max-memory`` and
     ``--offload-folder`` (``None`` when none is given); a one-line error for a malformed one."""
-    from headlab.models.dispatch import placement_from_options
 
     placement = placement_from_options(
         getattr(args, "device_map", None),
@@ -121,8 +120,6 @@ def _notifier(args: argparse.Namespace) -> Any:
     on one rank only under torchrun)."""
     import sys
 
-    from headlab.cli._progress import is_rank_zero
-
     if getattr(args, "quiet", False) or not is_rank_zero():
         return None
 
@@ -144,6 +141,5 @@ def text_side(lm: Any) -> Any:
 def has_lm_head(model: str) -> bool | None:
     """Whether ``--model`` names a causal language model with its head, told without loading
     it (:func:`headlab.models.names.resolve`); ``None`` for a cached model name."""
-    from headlab.models.names import resolve
 
     return resolve(model).causal

@@ -19,6 +19,8 @@ from headlab.cli._causal import (
 from headlab.cli._model import load_model
 from headlab.cli._output import emit_json, show
 from headlab.cli._progress import progress_for
+from headlab.outputs import write_text_atomic
+from headlab.page.circuit import circuit_html
 
 
 def _sizes(value: str) -> list[int]:
@@ -123,16 +125,12 @@ def run(args: argparse.Namespace) -> int:
         data = run_circuit(lm, circuit, progress=progress, notify=_note)
     page = None
     if args.html:
-        from headlab.page.circuit import circuit_html
-
         page = circuit_html(data)  # built before any file is written
     if args.figure:
         from headlab.causal.figure import write_circuit
 
         write_circuit(data, args.figure)
     if page is not None:
-        from headlab.outputs import write_text_atomic
-
         write_text_atomic(args.html, page)
     if args.json:
         emit_json(data)

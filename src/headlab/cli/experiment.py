@@ -8,7 +8,10 @@ from typing import Any
 
 from headlab.cli import experiment_cost
 from headlab.cli._args import text
+from headlab.cli._model import model_device
 from headlab.cli._output import emit_json, show
+from headlab.cli._progress import progress_for
+from headlab.errors import InputError
 
 
 def add_parser(sub: Any) -> None:
@@ -60,8 +63,6 @@ ONLY = {
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.errors import InputError
-
     owner = "one-vs-many" if args.name == "cost" else "cost"  # the other experiment's flags
     given = [
         f"--{n.replace('_', '-')}" for n in ONLY[owner] if getattr(args, n) not in (None, False)
@@ -72,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{', '.join(given)}: for `headlab experiment {owner}` only")
     if args.name == "cost":
         return experiment_cost.run(args)
-    from headlab.cli._model import model_device
-    from headlab.cli._progress import progress_for
     from headlab.experiments.one_vs_many import (
         data_folder,
         grid_config,

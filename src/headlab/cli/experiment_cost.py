@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from headlab.cli._output import emit_json, show
+from headlab.cli._progress import progress_for
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -42,7 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.cli._progress import progress_for
     from headlab.experiments.cost import run_cost
     from headlab.experiments.cost_text import cost_options, cost_text
 

@@ -18,6 +18,10 @@ from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, emit_json, show
 from headlab.datasets.lesson import LESSON_WORD
 from headlab.datasets.parse import INSTALL_HINT
+from headlab.errors import ModalityError
+from headlab.explore.heads_text import heads_text, image_text, patch_grids, trace_text
+from headlab.explore.images import image_table
+from headlab.explore.request import HeadsRequest
 
 
 def add_parser(sub: Any) -> None:
@@ -134,8 +138,6 @@ def run(args: argparse.Namespace) -> int:
     an image's with ``--image``, or a word traced through a parse with ``--trace``."""
     from dataclasses import fields
 
-    from headlab.explore.heads_text import heads_text
-    from headlab.explore.request import HeadsRequest
     from headlab.models.seq2seq import is_encoder_decoder, reads_audio
 
     request = HeadsRequest(**{f.name: getattr(args, f.name) for f in fields(HeadsRequest)})
@@ -180,7 +182,6 @@ def _print(args: argparse.Namespace, data: dict[str, Any], parts: Callable[[], A
 
 def run_trace(args: argparse.Namespace) -> int:
     """``--trace``: the parse first (quick errors), then the model, the table, the trace."""
-    from headlab.explore.heads_text import trace_text
     from headlab.models.seq2seq import is_encoder_decoder, text_encoder
     from headlab.roles.trace import MEASURING, relation_table, sentence_to_trace, trace_word
 
@@ -201,9 +202,6 @@ def run_trace(args: argparse.Namespace) -> int:
 def run_image(args: argparse.Namespace) -> int:
     """``--image FILE``: the image first (quick errors), then the model, one forward pass, the
     table and every head's patch grid."""
-    from headlab.errors import ModalityError
-    from headlab.explore.heads_text import image_text, patch_grids
-    from headlab.explore.images import image_table
     from headlab.models.images import open_image
 
     image = open_image(args.image)

@@ -11,6 +11,7 @@ from headlab.cli._args import MAX_REPLICATES, integer, seed, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device, text_side
 from headlab.cli._output import data_notes, emit_json, native_note, show
 from headlab.cli._progress import progress_for
+from headlab.errors import ModalityError
 from headlab.progress import NO_PROGRESS, Progress
 
 
@@ -118,7 +119,6 @@ def read_gold_of(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from headlab import distributed
-    from headlab.errors import ModalityError
     from headlab.roles.checkpoint import Checkpoint
     from headlab.roles.results import heads_csv
     from headlab.roles.summary import roles_text

@@ -8,6 +8,7 @@ from typing import Any
 
 from headlab.cli._args import integer, text
 from headlab.cli._causal import quiet_downloads
+from headlab.cli._model import model_device
 
 
 def add_parser(sub: Any) -> None:
@@ -64,7 +65,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.cli._model import model_device
     from headlab.serve.launch import Launch, ServeOptions
 
     options = ServeOptions(

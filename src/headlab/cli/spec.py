@@ -8,8 +8,9 @@ from typing import Any
 
 from headlab.cli._args import integer, text
 from headlab.cli._output import emit_json, show
+from headlab.layout import sheet
 from headlab.layout.sheet import DEFAULT_CONTEXT
-from headlab.models.names import DEFAULT_MODEL_NAME
+from headlab.models.names import DEFAULT_MODEL_NAME, named_config
 
 #: with no model named: headlab's bundled default model (its catalog entry: no torch, no files)
 DEFAULT_MODEL = DEFAULT_MODEL_NAME
@@ -77,9 +78,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.layout import sheet
-    from headlab.models.names import named_config
-
     options = sheet.SpecOptions(
         context=args.context,
         dtype=args.dtype,

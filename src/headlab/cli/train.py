@@ -7,6 +7,7 @@ from typing import Any
 
 from headlab.cli._args import integer, seed, text
 from headlab.cli._output import emit_json
+from headlab.cli._progress import progress_for
 
 
 def add_parser(sub: Any) -> None:
@@ -44,7 +45,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.cli._progress import progress_for
     from headlab.training.language_model import train_file, trained_text
 
     if not args.verbose:

@@ -14,12 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headlab.causal.generators import builtin_prompts
 from headlab.causal.metric import IG_STEPS
+from headlab.causal.patching import as_task
 from headlab.causal.request import check_outputs
+from headlab.causal.tasks import encode_task, read_prompts
 from headlab.errors import DataFormatError, InputError
+from headlab.experiments.circuit import find_circuit, roles_by_head
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
 from headlab.progress import NO_PROGRESS, Progress
+from headlab.roles.results import read_roles_json
+from headlab.roles.workflow import cached_roles_path
 
 #: built-in prompts drawn by default
 N_PROMPTS = 24
@@ -86,8 +92,6 @@ class CircuitRequest:
                 "--prompts finds the circuit; add --eval-prompts FILE.jsonl to measure it on "
                 "prompts it was not found on"
             )
-        from headlab.causal.tasks import read_prompts
-        from headlab.roles.results import read_roles_json
 
         if self.roles:
             read_roles_json(self.roles)
@@ -106,10 +110,6 @@ def run_circuit(
     """The circuit of ``request`` in ``lm``, as JSON (:meth:`CircuitResult.to_json` and
     ``roles_from``, the roles run used as evidence); ``notify`` hears, in a line each, of a
     roles run of another model and of a target no circuit measured reaches."""
-    from headlab.causal.generators import builtin_prompts
-    from headlab.causal.patching import as_task
-    from headlab.causal.tasks import encode_task
-    from headlab.experiments.circuit import find_circuit
 
     name, n = request.task or "ioi", request.n or N_PROMPTS
     task = as_task(lm, request.prompts or name, n=n, seed=request.seed)
@@ -149,9 +149,6 @@ def _roles(
 ) -> tuple[Any, str | None]:
     """The roles run given, else the model's cached one (``None`` without either), checked
     against the model's heads."""
-    from headlab.experiments.circuit import roles_by_head
-    from headlab.roles.results import read_roles_json
-    from headlab.roles.workflow import cached_roles_path
 
     path = Path(request.roles) if request.roles else cached_roles_path(lm.name)
     if request.no_classes or not path.is_file():

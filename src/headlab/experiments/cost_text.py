@@ -14,6 +14,8 @@ from typing import Any
 
 from headlab.errors import InputError
 from headlab.experiments.cost import CostOptions
+from headlab.layout import layout_from_config
+from headlab.models.names import config_of
 from headlab.text import Part, human_bytes, human_count, table
 
 
@@ -44,9 +46,6 @@ def cost_options(
     if not backward:
         given["backward"] = False
     if model:
-        from headlab.layout import layout_from_config
-        from headlab.models.names import config_of
-
         if "width" in given:
             raise InputError("give --model (its width) or --width, not both")
         label, config = config_of(model)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from headlab.datasets.lesson import LESSON_SENTENCE
 from headlab.errors import InputError
+from headlab.explore.table import heads_table
 
 if TYPE_CHECKING:
     from headlab.models.audio import Sound
@@ -140,8 +141,6 @@ class HeadsRequest:
 
         text = LESSON_SENTENCE if self.text is None else self.text
         if not is_encoder_decoder(lm):
-            from headlab.explore.table import heads_table
-
             return heads_table(
                 lm, text, word=self.word, layers=layers, heads=self.head, top=self.top
             )

@@ -23,6 +23,7 @@ from headlab.errors import ConfigError, InputError
 from headlab.layout.attention import encoder_decoder_layouts, layout_from_config
 from headlab.layout.catalog import catalog, find
 from headlab.layout.costs import compute_encoder_decoder_spec, compute_spec
+from headlab.layout.plan import plan_memory
 from headlab.text import Part, human_bytes, human_count, table
 
 #: the context length by default, unless a model takes fewer tokens
@@ -262,7 +263,6 @@ def plan_json(model: NamedConfig, options: SpecOptions) -> dict[str, Any]:
         ConfigError: an encoder-decoder (the plan is of one stack of layers: not a plan of its
             encoder alone, as T5's config reads, nor a missing-field error, as BART's).
     """
-    from headlab.layout.plan import plan_memory
 
     config = model.config
     if config.get("is_encoder_decoder"):

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from headlab.cache import cache_root
-from headlab.errors import ModelLoadError, UnsupportedModelError
+from headlab.errors import HeadlabError, ModelLoadError, UnsupportedModelError
+from headlab.outputs import atomic_folder
 
 #: the bundled decoder: ``(package, file inside it, pip command)``
 #: the first four bytes of every GGUF file
@@ -197,8 +198,6 @@ def _convert(source: Path, folder: Path, arch: str, *, bar: bool = True) -> None
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from headlab.errors import HeadlabError
-
     directory, name = str(source.parent), source.name
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
@@ -228,7 +227,6 @@ def _convert(source: Path, folder: Path, arch: str, *, bar: bool = True) -> None
 def write_folder(model: Any, tokenizer: Any, source: Path, folder: Path, arch: str) -> None:
     """Save a model transformers dequantized from GGUF file ``source`` as a plain model folder
     (safetensors, tokenizer, and :data:`SOURCE` naming the file), atomically."""
-    from headlab.outputs import atomic_folder
 
     # the weights are float32 now; what remains of the quantizer only refuses saving
     model.hf_quantizer = None

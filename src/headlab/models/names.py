@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headlab.errors import ModelLoadError
+from headlab.layout import read_config
+from headlab.layout import resolve as layout_config
+from headlab.layout.sheet import NamedConfig
+from headlab.models import gguf
+from headlab.models.gguf import folder_for
 
 if TYPE_CHECKING:
     from headlab.layout.sheet import NamedConfig
@@ -165,8 +170,6 @@ def bundled_model_path(name: str, *, notify: Callable[[str], None] | None = None
     if name not in BUNDLED:
         raise ModelLoadError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
     if name == DECODER:
-        from headlab.models.gguf import folder_for
-
         return folder_for(smollm2_file(), notify=notify)
     return Path(__file__).resolve().parents[1] / BUNDLED[name]
 
@@ -185,8 +188,6 @@ def default_model_path() -> Path:
 def config_of(name: str) -> tuple[str, dict[str, Any]]:
     """A display name and config for a catalog name, a config.json or folder, ``smollm2`` (the
     bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
-    from headlab.layout import resolve as layout_config
-    from headlab.models import gguf
 
     if name != DECODER and not gguf.is_gguf_path(name):
         label, config = layout_config(name)
@@ -223,8 +224,6 @@ def named_config(name: str, *, full: bool = False) -> NamedConfig:
     and the dtype it loads in (:func:`kv_dtype`); ``full``: the default model's whole
     config.json from its package, not the catalog's attention fields (a memory plan counts
     every weight)."""
-    from headlab.layout import read_config
-    from headlab.layout.sheet import NamedConfig
 
     label, config = config_of(name)
     if full and label == DEFAULT_MODEL_NAME:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.errors import ModelLoadError
+from headlab.layout.attention import layout_from_config
 
 #: the key of the pruning record in a pruned model's config.json
 PRUNED_KEY = "headlab_pruned"
@@ -34,7 +35,6 @@ def _counts(info: Any, key: str, n_layers: int, folder: Path) -> list[int]:
 
 def _full_counts(config: Any, layer: int) -> tuple[int, int]:
     """The unpruned head and KV-head counts of ``layer`` from the family's own config keys."""
-    from headlab.layout.attention import layout_from_config
 
     cfg = config.to_dict()
     cfg.pop("headlab_heads_per_layer", None)

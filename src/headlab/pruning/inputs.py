@@ -7,19 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from headlab.datasets import read_stsb, sample_path
 from headlab.errors import InputError
+from headlab.models import encode
 from headlab.models.loading import LoadedModel
-from headlab.pruning.metrics import Metric
+from headlab.pruning.metrics import FidelityMetric, Metric, PerplexityMetric, StsbMetric
 from headlab.pruning.progressive import CurvePoint
 from headlab.pruning.results import PruneOptions
+from headlab.pruning.tasks import EVAL_PROMPTS, IMPORTANCE_PROMPTS, IoiMetric
 
 
 def build_metrics(lm: LoadedModel, options: PruneOptions) -> tuple[Metric, Metric, Any]:
     """The evaluation metric, the importance metric, and a batch to time forwards on."""
-    from headlab.datasets import read_stsb, sample_path
-    from headlab.models import encode
-    from headlab.pruning.metrics import FidelityMetric, StsbMetric
-    from headlab.pruning.tasks import EVAL_PROMPTS, IMPORTANCE_PROMPTS, IoiMetric
 
     metric = options.metric or ("perplexity" if lm.causal else "stsb")
     if metric == "perplexity":
@@ -52,8 +51,6 @@ def build_metrics(lm: LoadedModel, options: PruneOptions) -> tuple[Metric, Metri
 def perplexity_halves(lm: LoadedModel, options: PruneOptions) -> tuple[Any, Any]:
     """Perplexity on the second half of ``options.text`` (default: the bundled TinyShakespeare
     sample, 9.8k characters) and, for importance, on its first half."""
-    from headlab.datasets import sample_path
-    from headlab.pruning.metrics import PerplexityMetric
 
     source = options.text or sample_path("shakespeare")
     try:

@@ -15,6 +15,8 @@ from typing import Any
 
 from headlab.errors import InputError, PruningError
 from headlab.models.loading import LoadedModel
+from headlab.models.names import resolve
+from headlab.models.seq2seq import is_encoder_decoder, text_encoder
 from headlab.pruning.results import PruneOptions
 
 
@@ -45,7 +47,6 @@ def wants_lm_head(options: PruneOptions, model: str | None) -> bool | None:
     """Whether ``model`` loads with its language-model head: for perplexity and IOI (the
     default of causal models is perplexity) when it is a causal language model with one;
     ``None`` when only the loaded model can tell (a cached model name)."""
-    from headlab.models.names import resolve
 
     if options.metric not in (None, "perplexity", "ioi") or model is None:
         return False
@@ -63,7 +64,6 @@ def ready_model(
         PruningError: an encoder-decoder with ``out``, or a layer that cannot be pruned.
         InputError: ``--x kv-bytes`` for an encoder (it keeps no KV cache).
     """
-    from headlab.models.seq2seq import is_encoder_decoder, text_encoder
 
     wanted = wants_lm_head(options, model)
     lm = load(bool(wanted))

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from headlab.errors import DataFormatError, InputError
+from headlab.outputs import check_output
+from headlab.pruning.l0 import L0Config
+from headlab.pruning.physical import KIND
 from headlab.pruning.progressive import CurvePoint, PruneSearch
 
 #: the ``schema`` value of a pruning result's JSON
@@ -87,7 +90,6 @@ class PruneOptions:
     @property
     def l0_config(self) -> Any:
         """The :class:`~headlab.pruning.l0.L0Config` of these options."""
-        from headlab.pruning.l0 import L0Config
 
         return L0Config(weight=self.l0_weight, steps=self.l0_steps, seed=self.seed)
 
@@ -104,8 +106,6 @@ class PruneOptions:
             InputError: an option out of range or a missing companion option.
             OutputExistsError, OutputError: ``out`` cannot be written.
         """
-        from headlab.outputs import check_output
-        from headlab.pruning.physical import KIND
 
         if self.fraction is not None and not 0.0 < self.fraction < 1.0:
             raise InputError(f"--fraction must be in (0, 1), got {self.fraction}")

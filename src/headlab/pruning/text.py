@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from headlab.pruning.methods import removed_within
 from headlab.text import Part, human_bytes, table
 
 
@@ -84,7 +85,6 @@ def compare_text(result: dict[str, Any], figure: str | None = None) -> list[Part
     """A comparison of importance methods (:func:`~headlab.pruning.methods.compare_methods`):
     per method, the most heads removed within 1 metric point of the unpruned model, without
     and with recovery; its notes, and the ``figure`` written."""
-    from headlab.pruning.methods import removed_within
 
     total = result["heads_before"]
     rows = []

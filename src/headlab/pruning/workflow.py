@@ -14,11 +14,16 @@ from typing import Any
 
 from headlab import distributed
 from headlab.errors import InputError, OutputExistsError, PruningError
+from headlab.models.dispatch import refuse_offloaded
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress
+from headlab.pruning import methods
+from headlab.pruning.cost import count_parameters, folder_bytes, forward_flops, forward_ms
 from headlab.pruning.inputs import build_metrics, counts_after, perplexity_halves
+from headlab.pruning.methods import recover_model
 from headlab.pruning.metrics import Metric
-from headlab.pruning.progressive import CurvePoint, PruneSearch
+from headlab.pruning.physical import PRUNED_KEY, head_ids, prune_model, save_pruned
+from headlab.pruning.progressive import CurvePoint, PruneSearch, progressive_prune
 from headlab.pruning.results import (
     CURVE_FRACTION,
     IMPORTANCES,
@@ -96,9 +101,6 @@ def run_pruning(
         PruningError: a request the model's layout or transformers cannot carry out.
         OutputExistsError, OutputError: ``options.out`` cannot be written (checked first).
     """
-    from headlab.models.dispatch import refuse_offloaded
-    from headlab.pruning import methods
-    from headlab.pruning.progressive import progressive_prune
 
     options.check()
     if options.out is not None and lm.path.resolve() == Path(options.out).resolve():
@@ -207,9 +209,6 @@ def _prune_and_save(
     probe: Any,
     data: Metric | None,
 ) -> PrunedModel:
-    from headlab.pruning.cost import count_parameters, folder_bytes, forward_flops, forward_ms
-    from headlab.pruning.physical import PRUNED_KEY, head_ids, prune_model, save_pruned
-
     if options.out is None:
         raise InputError("--fraction needs --out DIR for the pruned model")
     n_tokens = int(probe["input_ids"].shape[1])
@@ -224,8 +223,6 @@ def _prune_and_save(
     metric_after = evaluation.evaluate(small)
     recovery = None
     if options.recover is not None and data is not None:
-        from headlab.pruning.methods import recover_model
-
         recovery = recover_model(small, data, options, metric=evaluation, before=metric_after)
     native = bool(getattr(small.model.config, PRUNED_KEY, {}).get("native"))
     pruned = PrunedModel(

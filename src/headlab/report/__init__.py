@@ -13,12 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from headlab.causal.figure import write_circuit, write_heatmap
+from headlab.causal.patching import PatchingResult
 from headlab.models.loading import LoadedModel
+from headlab.models.names import DEFAULT_MODEL_NAME
 from headlab.outputs import atomic_folder, check_output
 from headlab.page.html import render
 from headlab.progress import Progress, stage
 from headlab.report import figures
 from headlab.report.data import gather
+from headlab.report.decoder import companion
 from headlab.report.ledger import ledger_markdown
 from headlab.roles.measure import RoleReport
 
@@ -56,8 +60,6 @@ def write_report(
     ``overwrite``; any other folder never (see :mod:`headlab.outputs`). ``progress`` is told
     of two stages: the viewer's patterns, then the figures and the page.
     """
-    from headlab.models.names import DEFAULT_MODEL_NAME
-    from headlab.report.decoder import companion
 
     out = Path(out)
     check_output(out, overwrite=overwrite, kind=KIND, replace_kind=True)
@@ -167,7 +169,6 @@ def _showcase(roles: RoleReport) -> list[tuple[int, int, str]]:
 
 def _circuit_figure(circuit: dict[str, Any], path: Path) -> tuple[Path, str]:
     """The graph of a ``headlab circuit --json`` result and its caption."""
-    from headlab.causal.figure import write_circuit
 
     c = circuit["circuit"]
     named = ", ".join(
@@ -186,8 +187,6 @@ def _circuit_figure(circuit: dict[str, Any], path: Path) -> tuple[Path, str]:
 def _patching_figure(patching: dict[str, Any], path: Path) -> tuple[Path, str]:
     """The heatmap of a ``headlab patch --json`` result and its caption: which heads carry
     the behaviour, the strongest by name with their signed effects."""
-    from headlab.causal.figure import write_heatmap
-    from headlab.causal.patching import PatchingResult
 
     result = PatchingResult.from_json(patching)
     top = ", ".join(f"{layer}.{head} ({value:+.2f})" for layer, head, value in result.top(6))

@@ -16,12 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headlab.causal.patching import PatchingResult
 from headlab.datasets.lesson import LESSON_SENTENCE, LESSON_WORD
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
+from headlab.models.words import find_word, split_words
 from headlab.progress import Prefixed, Progress
+from headlab.pruning.workflow import PruneOptions, build_metrics, read_pruning_json
+from headlab.report import write_report
 from headlab.report.decoder import DECODER_FOCUS, DECODER_FOLDER, DECODER_PROMPT, REPEAT_PROMPT
+from headlab.report.full import measure_extras
 from headlab.roles.results import RoleReport
 from headlab.roles.workflow import GoldInputs, keep_roles, run_roles
 
@@ -89,8 +94,6 @@ def read_inputs(
     """
     read_pruning = None
     if pruning:
-        from headlab.pruning.workflow import read_pruning_json
-
         read_pruning = read_pruning_json(read_json(pruning, "pruning result"), pruning)
     runs = [read_json(f, "experiment result") for f in experiments or []]
     for path, experiment in zip(experiments or [], runs, strict=True):
@@ -99,8 +102,6 @@ def read_inputs(
     read_cost = read_json(cost, "cost result") if cost else None
     patching = read_json(patch, "patching result") if patch else None
     if patching is not None:
-        from headlab.causal.patching import PatchingResult
-
         PatchingResult.from_json(patching, patch or "")
     if read_cost is not None and not isinstance(read_cost.get("rows"), list):
         raise InputError(f"{cost}: expected the JSON of headlab experiment cost --json")
@@ -153,7 +154,6 @@ def check_focus_word(word: str, sentences: list[str]) -> None:
     Raises:
         InputError: no sentence has the word.
     """
-    from headlab.models.words import find_word, split_words
 
     first: InputError | None = None
     for sentence in sentences:
@@ -188,7 +188,6 @@ def causal_prune_options(lm: LoadedModel, text: str | None) -> Any:
     Raises:
         InputError: the text cannot be read or cut into windows.
     """
-    from headlab.pruning.workflow import PruneOptions, build_metrics
 
     options = PruneOptions(metric="perplexity", text=None if text is None else Path(text))
     options.check()
@@ -247,7 +246,6 @@ def build_report(
     pruning curve on all the data), ``"curve"`` (the roles and that curve alone) or
     ``"roles"`` (the roles alone). Files in ``inputs`` replace their measurement.
     """
-    from headlab.report import write_report
 
     check_models(inputs, lm.name)
     if sentences is None:
@@ -269,8 +267,6 @@ def build_report(
     note = keep_roles(roles.to_json())  # headlab serve shows it
     pruning, cost, experiments = inputs.pruning, inputs.cost, list(inputs.experiments)
     if measure != "roles":
-        from headlab.report.full import measure_extras
-
         given = {"pruning"} if pruning is not None else set()
         given |= {"cost"} if cost is not None else set()
         if any(e.get("task", "").startswith("binding") for e in experiments):

@@ -7,9 +7,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from headlab.errors import InputError
+from headlab.layout.costs import compute_spec
 from headlab.models.analysis import pattern_bytes, word_attention
 from headlab.models.loading import LoadedModel
+from headlab.models.words import find_word
 from headlab.progress import Progress, stage
+from headlab.report.decoder import decoder_roles, decoder_spec, extra_scores
+from headlab.report.figures import role_styles
+from headlab.report.ledger import build_ledger
+from headlab.roles.classify import CAUSAL_ROLES
 from headlab.roles.measure import RoleReport
 
 logger = logging.getLogger(__name__)
@@ -62,11 +69,6 @@ def gather(
     the ledger of the lesson's claims built from all of them (the viewer's sentences are one
     stage of ``progress``). A causal model's page also gets ``decoder``: its decoder roles and
     KV cache (:mod:`headlab.report.decoder`); ``companion`` links the other model's page."""
-    from headlab.layout.costs import compute_spec
-    from headlab.report.decoder import decoder_roles, decoder_spec, extra_scores
-    from headlab.report.figures import role_styles
-    from headlab.report.ledger import build_ledger
-    from headlab.roles.classify import CAUSAL_ROLES
 
     # the KV cache in the dtype the model runs in, as headlab spec reads it from the config
     dtype = _DTYPE_NAMES.get(str(lm.dtype).removeprefix("torch."), "fp32")
@@ -123,8 +125,6 @@ def _focus(viewer: list[dict[str, Any]], word: str) -> dict[str, Any]:
 
 def _focus_index(sentence: dict[str, Any], word: str) -> int:
     """Where the viewer opens in the first sentence: ``word`` (or ``word#N``), -1 if absent."""
-    from headlab.errors import InputError
-    from headlab.models.words import find_word
 
     try:
         return find_word(sentence["words"], sentence["special"], word)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from headlab.layout.costs import compute_spec
 from headlab.models.names import BUNDLED_NAMES, DECODER, DEFAULT_MODEL_NAME
 
 #: the decoder page's first viewer prompt (an IOI prompt) and the word it opens on (the last "to")
@@ -104,7 +105,6 @@ def decoder_spec(layout: Any, dtype: str) -> dict[str, Any]:
     """The KV cache of a decoder, from :func:`headlab.layout.costs.compute_spec`: bytes per
     token and at the full context in the model's ``dtype``, and what the same model would
     cache with one KV head per query head (multi-head attention), for the GQA saving."""
-    from headlab.layout.costs import compute_spec
 
     context = min(layout.max_positions or 2048, 1 << 20)
     spec = compute_spec(layout, context=context, dtype=dtype)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from headlab.models.analysis import pattern_from_bytes
+from headlab.outputs import write_bytes_atomic
+from headlab.roles.classify import LETTERS
+
 ROLE_COLOURS = {
     "positional": "#4e79a7",
     "delimiter": "#bab0ac",
@@ -22,7 +26,6 @@ SPARE_COLOURS = ("#76b7b2", "#ff9da7", "#9c755f", "#17becf", "#8c564b", "#bcbd22
 def role_styles(roles: list[str]) -> dict[str, dict[str, str]]:
     """``{role: {"colour", "letter"}}`` for every role of a roles result, the ones headlab does
     not know yet included (a spare colour; a letter from the role's words not taken yet)."""
-    from headlab.roles.classify import LETTERS
 
     styles: dict[str, dict[str, str]] = {}
     taken = {LETTERS[r] for r in roles if r in LETTERS}
@@ -89,7 +92,6 @@ def heatmap(sentence: dict[str, Any], layer: int, head: int, path: Path, title: 
     """One head's word-level pattern on one sentence."""
     plt = _plt()
     words = sentence["words"]
-    from headlab.models.analysis import pattern_from_bytes
 
     p = pattern_from_bytes(sentence["patterns"][layer], head, len(words)).numpy()
     size = max(4.0, 0.35 * len(words) + 1.5)
@@ -148,8 +150,6 @@ def pruning_compare(data: dict[str, Any], path: str | Path) -> Path:
     per importance method, its recovered points as open markers joined to the curve point they
     started from; the unpruned model's metric and one point below it as guides."""
     import io
-
-    from headlab.outputs import write_bytes_atomic
 
     plt = _plt()
     kv = data.get("x") == "kv-bytes"
@@ -219,8 +219,6 @@ def cost_figure(data: dict[str, Any], path: str | Path) -> Path:
     """``headlab experiment cost``'s JSON as a PNG: for each length, forward time and peak
     forward memory against the head count (log x), one line per path; written atomically."""
     import io
-
-    from headlab.outputs import write_bytes_atomic
 
     plt = _plt()
     lengths = list(dict.fromkeys(r["length"] for r in data["rows"]))

@@ -12,8 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from headlab.experiments.cost import CostOptions, run_cost
+from headlab.experiments.one_vs_many import GridConfig, one_vs_many
 from headlab.models.loading import LoadedModel
 from headlab.progress import Prefixed, Progress
+from headlab.pruning.workflow import PruneOptions, run_pruning
 
 #: the stages after the roles, in order (the CLI counts the roles as stage 1)
 STAGES = ("pruning curve", "cost of heads", "one head versus many")
@@ -41,9 +44,6 @@ def measure_extras(
     :data:`QUICK_PRUNE_PAIRS` pairs of the STS-B sample (a decoder's perplexity curve only with
     ``prune_options``), cost and one-vs-many at their ``--quick`` sizes. ``given``: results the
     caller already has (``"pruning"``, ``"cost"``, ``"experiment"``), not measured again."""
-    from headlab.experiments.cost import CostOptions, run_cost
-    from headlab.experiments.one_vs_many import GridConfig, one_vs_many
-    from headlab.pruning.workflow import PruneOptions, run_pruning
 
     device = str(lm.device)
 

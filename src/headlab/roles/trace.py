@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from headlab.datasets.lesson import LESSON_SENTENCE, LESSON_WORD
+from headlab.datasets.parse import parse_sentence
 from headlab.datasets.samples import sample_path
 from headlab.datasets.treebank import TreebankSentence, read_treebank
 from headlab.errors import DataFormatError, InputError
@@ -375,8 +376,6 @@ def sentence_to_trace(
         if text is not None:
             check_text(sentence, text)
     elif spacy or text not in (None, LESSON_SENTENCE):
-        from headlab.datasets.parse import parse_sentence
-
         sentence = parse_sentence(text or LESSON_SENTENCE)
     else:
         sentence = lesson_parse()

@@ -29,10 +29,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from headlab.errors import HeadlabError, InputError, ModelLoadError, TooLongError
+from headlab.explore.ablation import ablation_effect, reference_means, resample_source, token_count
 from headlab.explore.roles import RoleSources
+from headlab.explore.sentence import capture_sentence
 from headlab.explore.shelf import Shelf
-from headlab.explore.table import LESSON_SENTENCE
+from headlab.explore.table import LESSON_SENTENCE, heads_table
 from headlab.models.names import DEFAULT
+from headlab.page.explorer import page
+from headlab.report.figures import role_styles
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +127,6 @@ class Explorer:
             return json_response({"error": str(exc)}, 400)
 
     def page(self) -> Response:
-        from headlab.page.explorer import page
-
         if self._page is None:
             self._page = page()
         html, policy = self._page
@@ -184,8 +186,6 @@ class Explorer:
         )
 
     def sentence_json(self, data: dict[str, Any]) -> Response:
-        from headlab.explore.sentence import capture_sentence
-
         text = self._text(data)
         word = _optional_str(data, "word")
         with self.shelf.lock:
@@ -196,8 +196,6 @@ class Explorer:
         return json_response({**answer, "key": self.shelf.key(data.get("model"))})
 
     def heads(self, data: dict[str, Any]) -> Response:
-        from headlab.explore.table import heads_table
-
         text = self._text(data)
         layers, heads = _ints(data, "layers"), _ints(data, "heads")
         top = data.get("top", 3)
@@ -212,8 +210,6 @@ class Explorer:
         return json_response(table)
 
     def ablate(self, data: dict[str, Any]) -> Response:
-        from headlab.explore.ablation import ablation_effect, resample_source, token_count
-
         text = self._text(data)
         other = None if data.get("other") in (None, "") else self._text(data, "other")
         pairs = data.get("ablate") or []
@@ -252,15 +248,12 @@ class Explorer:
 
     def _means(self, lm: Any) -> Any:
         """Each head's mean output over reference text, once per model (mean ablation)."""
-        from headlab.explore.ablation import reference_means
 
         if id(lm) not in self._mean_cache:
             self._mean_cache[id(lm)] = reference_means(lm)
         return self._mean_cache[id(lm)]
 
     def roles_json(self, data: dict[str, Any]) -> Response:
-        from headlab.report.figures import role_styles
-
         with self.shelf.lock:
             lm = self._model(data)
         key = self.shelf.key(data.get("model"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from headlab.serve import Explorer, RoleSources, Shelf, make_server
 from headlab.serve.http import is_loopback
 
 
@@ -45,8 +46,6 @@ class Launch:
 
     def __init__(self, options: ServeOptions, *, device: Any = "cpu") -> None:
         import torch
-
-        from headlab.serve import Explorer, RoleSources, Shelf, make_server
 
         torch.set_num_threads(options.threads)
         self.roles = RoleSources(options.roles)  # a bad file fails now, not on the page

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from headlab.cli._progress import PlainProgress
 from headlab.datasets import read_stsb
 from headlab.models import load
+from headlab.progress import PlainProgress
 from headlab.pruning.methods import compare_methods, removed_within
 from headlab.pruning.metrics import FidelityMetric, StsbMetric
 from headlab.pruning.workflow import PruneOptions

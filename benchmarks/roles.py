@@ -448,9 +448,9 @@ def progress_cost(rounds: int, limit: int) -> None:
 
     from rich.console import Console
 
-    from headlab.cli._progress import PlainProgress, RichProgress
     from headlab.datasets import read_treebank, sample_path
     from headlab.models import load
+    from headlab.progress import PlainProgress, RichProgress
     from headlab.roles import RoleOptions, measure_roles
 
     lm = load(None)

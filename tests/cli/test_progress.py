@@ -19,10 +19,9 @@ import pytest
 from tests.models.tiny import build
 
 from headlab.cli import main
-from headlab.cli._progress import PlainProgress
 from headlab.datasets import read_gap, read_treebank, sample_path
 from headlab.models import load
-from headlab.progress import NO_PROGRESS, Progress
+from headlab.progress import NO_PROGRESS, PlainProgress, Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 24

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from headlab.cli._model import has_lm_head
 from headlab.models.names import DECODER, DEFAULT, DEFAULT_MODEL_NAME, resolve
 
 
@@ -48,7 +47,6 @@ def test_a_folder_is_causal_by_its_config(tmp_path: Path, config: object, causal
     (folder / "config.json").write_text(text, encoding="utf-8")
     name = resolve(str(folder))
     assert name.causal is causal and name.display == "my-model" and not name.bundled
-    assert has_lm_head(str(folder)) is causal  # the CLI asks the catalogue
 
 
 def test_a_cached_hub_name_is_unknown_until_loaded() -> None:

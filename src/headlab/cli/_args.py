@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import Any
-
-from headlab.errors import InputError
+from typing import TypeVar
 
 #: bootstrap resamples ``roles`` and ``report`` take: headlab.roles.workflow.MAX_REPLICATES,
 #: repeated so that parsing never imports torch (a test keeps the two equal)
@@ -72,25 +70,38 @@ def number(low: float | None = None, high: float | None = None) -> Callable[[str
 
 seed = integer(0, MAX_SEED)
 
+T = TypeVar("T")
 
-def chosen_layers(
-    args: argparse.Namespace,
-    lm: Any,
-    layers: list[int],
-    what: str = "layers",
-    flat: list[int] | None = None,
-) -> list[int]:
-    """``--layer`` (default all of ``layers``), checked, and ``--head`` checked."""
 
-    chosen = args.layer or layers
-    for layer in chosen:
-        if layer not in layers:
-            raise InputError(
-                f"--layer {layer} out of range: {lm.name} has {what} 0..{len(layers) - 1}"
-            )
-    counts = lm.layout.heads_per_layer  # fewer in some layers of a model pruned layer by layer
-    most = max(counts[flat[layer] if flat else layer] for layer in chosen)
-    for head in args.head or []:
-        if not 0 <= head < most:
-            raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
-    return chosen
+def share(*, one: bool) -> Callable[[str], float]:
+    """A share in (0, 1] (``one``) or (0, 1)."""
+    span = "(0, 1]" if one else "(0, 1)"
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a share in {span}, got {value!r}") from None
+        if not (0.0 < x <= 1.0 if one else 0.0 < x < 1.0):
+            raise argparse.ArgumentTypeError(f"expected a share in {span}, got {value!r}")
+        return x
+
+    return parse
+
+
+def listed(
+    one: Callable[[str], T], what: str, example: str, count: int | None = None
+) -> Callable[[str], tuple[T, ...]]:
+    """Values separated by commas (``count`` of them where given), each checked by ``one``."""
+
+    def parse(value: str) -> tuple[T, ...]:
+        parts = [p for p in value.replace(" ", ",").split(",") if p]
+        expected = f"expected {what} separated by commas, like {example}"
+        if not parts or (count is not None and len(parts) != count):
+            raise argparse.ArgumentTypeError(f"{expected}, got {value!r}")
+        try:
+            return tuple(one(p) for p in parts)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{expected}: {exc}") from None
+
+    return parse

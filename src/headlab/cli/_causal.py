@@ -75,11 +75,3 @@ def request(cls: type[Request], args: argparse.Namespace) -> Request:
     flags) from the parsed flags; its checks run now."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     return cls(**{f.name: getattr(args, f.name) for f in fields if f.init})
-
-
-def quiet_downloads(args: argparse.Namespace) -> None:
-    """No transformers progress bars (loading shards...) unless ``--verbose``."""
-    if not args.verbose:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()

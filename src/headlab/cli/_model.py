@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headlab.cli._output import note
 from headlab.cli._progress import is_rank_zero
 from headlab.errors import InputError, ModalityError
 from headlab.models.dispatch import DTYPES, parse_device, parse_dtype, placement_from_options
-from headlab.models.names import resolve
 
 #: what ``--model`` takes, in every command that loads a model
 MODEL_HELP = (
@@ -94,6 +94,7 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
     from headlab.models import load
 
     dtype, placement = model_dtype(args), model_placement(args)
+    quiet_downloads(args)
     # under torchrun each rank of a machine takes its own GPU
     device = local_device(model_device(args)) if placement is None else "cpu"
     revision = getattr(args, "revision", None)
@@ -115,31 +116,17 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
         raise
 
 
+def quiet_downloads(args: argparse.Namespace) -> None:
+    """No transformers progress bars (downloads, loading shards) unless ``--verbose``."""
+    if not getattr(args, "verbose", False):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def _notifier(args: argparse.Namespace) -> Any:
     """What prints the one line saying a GGUF file is being converted (nothing with -q, and
     on one rank only under torchrun)."""
-    import sys
-
     if getattr(args, "quiet", False) or not is_rank_zero():
         return None
-
-    def notify(message: str) -> None:
-        print(f"headlab: note: {message}", file=sys.stderr, flush=True)
-
-    return notify
-
-
-def text_side(lm: Any) -> Any:
-    """What reads the text as one stack of layers: an encoder-decoder's encoder (roles,
-    reports and pruning measure it; a one-line error for Whisper, whose encoder hears audio),
-    any other model as it is."""
-    from headlab.models.seq2seq import is_encoder_decoder, text_encoder
-
-    return text_encoder(lm) if is_encoder_decoder(lm) else lm
-
-
-def has_lm_head(model: str) -> bool | None:
-    """Whether ``--model`` names a causal language model with its head, told without loading
-    it (:func:`headlab.models.names.resolve`); ``None`` for a cached model name."""
-
-    return resolve(model).causal
+    return lambda message: note("headlab", message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from headlab.text import Part, human_bytes, human_count
@@ -56,13 +56,34 @@ def show(parts: Iterable[Part], out: Any = None) -> None:
         out.print(t)
 
 
+def output(
+    args: Any,
+    data: Any,
+    parts: Callable[[], Iterable[Part]],
+    csv: Callable[[], str] | None = None,
+) -> None:
+    """``data`` as JSON with ``--json``, ``csv()`` with ``--csv``, else the tables and lines
+    the library's ``parts()`` builds for a person."""
+    if getattr(args, "json", False):
+        emit_json(data)
+    elif csv is not None and getattr(args, "csv", False):
+        sys.stdout.write(csv())
+    else:
+        show(parts())
+
+
+def note(prog: str, line: str, kind: str = "note: ") -> None:
+    """``prog: note: line`` on stderr, at once (``kind=""``: a plain status line)."""
+    print(f"{prog}: {kind}{line}", file=sys.stderr, flush=True)
+
+
 def data_notes(prog: str, data: dict[str, Any], folds_off: str | None, replicates: int) -> None:
     """One line on stderr for each way the role statistics fell back on small data
     (:func:`headlab.roles.folds.small_data_notes`)."""
     from headlab.roles.folds import small_data_notes
 
-    for note in small_data_notes(data, folds_off, replicates):
-        print(f"{prog}: note: {note}", file=sys.stderr, flush=True)
+    for line in small_data_notes(data, folds_off, replicates):
+        note(prog, line)
 
 
 def native_note(prog: str) -> None:
@@ -72,9 +93,7 @@ def native_note(prog: str) -> None:
 
     reason = cpu_kernels_missing()
     if reason is not None:
-        print(
-            f"{prog}: note: {reason}; head statistics use torch's ops (slower). "
-            "HEADLAB_NATIVE=0 silences this.",
-            file=sys.stderr,
-            flush=True,
+        note(
+            prog,
+            f"{reason}; head statistics use torch's ops (slower). HEADLAB_NATIVE=0 silences this.",
         )

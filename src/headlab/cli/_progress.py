@@ -22,11 +22,12 @@ def is_rank_zero() -> bool:
 
 
 @contextmanager
-def progress_for(args: argparse.Namespace, prog: str) -> Iterator[Progress]:
+def progress_for(args: argparse.Namespace, prog: str, *, draws: bool = True) -> Iterator[Progress]:
     """The reporter of one command (``prog``: ``headlab roles``...): rich on a terminal,
-    plain lines elsewhere, nothing with ``--quiet`` or on ranks other than 0. A stage an error
-    cut short is closed on the way out."""
-    if getattr(args, "quiet", False) or not is_rank_zero():
+    plain lines elsewhere, nothing with ``--quiet``, on ranks other than 0, or unless ``draws``
+    (the process that writes the result draws). A stage an error cut short is closed on the way
+    out."""
+    if not draws or getattr(args, "quiet", False) or not is_rank_zero():
         yield NO_PROGRESS
         return
     from rich.console import Console

@@ -4,45 +4,21 @@ its heads named from evidence (:mod:`headlab.experiments.circuit`)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from headlab.cli._args import integer, text
+from headlab.cli._args import integer, listed, share, text
 from headlab.cli._causal import (
     IG_STEPS,
     add_model,
     add_outputs,
     add_prompts,
-    quiet_downloads,
     request,
 )
 from headlab.cli._model import load_model
-from headlab.cli._output import emit_json, show
+from headlab.cli._output import note, output
 from headlab.cli._progress import progress_for
 from headlab.outputs import write_text_atomic
 from headlab.page.circuit import circuit_html
-
-
-def _sizes(value: str) -> list[int]:
-    try:
-        sizes = sorted({int(x) for x in value.split(",") if x.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected edge counts separated by commas (10,100,1000), got {value!r}"
-        ) from None
-    if not sizes or sizes[0] < 0:
-        raise argparse.ArgumentTypeError(f"expected counts of 0 or more, got {value!r}")
-    return sizes
-
-
-def _share(value: str) -> float:
-    try:
-        share = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {value!r}") from None
-    if not 0.0 < share <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {value!r}")
-    return share
 
 
 def add_parser(sub: Any) -> None:
@@ -88,13 +64,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--sizes",
-        type=_sizes,
+        type=listed(integer(0, 1 << 40), "edge counts", "10,100,1000"),
         metavar="N,N,...",
         help="circuit sizes in edges to measure (default 1, 2, 3, 5, 7 x each power of ten)",
     )
     p.add_argument(
         "--target",
-        type=_share,
+        type=share(one=True),
         default=0.8,
         help="keep the smallest circuit reaching this share of the logit difference (0.8)",
     )
@@ -119,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
     from headlab.experiments.circuit_request import CircuitRequest, run_circuit
 
     circuit = request(CircuitRequest, args)  # every check before the model loads
-    quiet_downloads(args)
     lm = load_model(args, with_lm_head=True)
     with progress_for(args, "headlab circuit") as progress:
         data = run_circuit(lm, circuit, progress=progress, notify=_note)
@@ -132,12 +107,9 @@ def run(args: argparse.Namespace) -> int:
         write_circuit(data, args.figure)
     if page is not None:
         write_text_atomic(args.html, page)
-    if args.json:
-        emit_json(data)
-    else:
-        show(circuit_text(data, args.top))
+    output(args, data, lambda: circuit_text(data, args.top))
     return 0
 
 
 def _note(line: str) -> None:
-    print(f"headlab circuit: {line}", file=sys.stderr, flush=True)
+    note("headlab circuit", line, kind="")

@@ -7,9 +7,9 @@ import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._causal import add_model, add_outputs, quiet_downloads, request
+from headlab.cli._causal import add_model, add_outputs, request
 from headlab.cli._model import load_model
-from headlab.cli._output import emit_json, show
+from headlab.cli._output import output
 
 
 def add_parser(sub: Any) -> None:
@@ -48,15 +48,11 @@ def run(args: argparse.Namespace) -> int:
     from headlab.causal.text import compose_text
 
     composing = request(ComposeRequest, args)  # --receivers parsed before the model loads
-    quiet_downloads(args)
     result = run_compose(load_model(args), composing)
     if args.figure and composing.heads is not None:
         from headlab.causal.figure import write_composition
 
         write_composition(result.scores, args.kind, list(composing.heads), args.figure)
         print(f"wrote {args.figure}", file=sys.stderr)
-    if args.json:
-        emit_json(result.to_json())
-    else:
-        show(compose_text(result, args.top))
+    output(args, result.to_json(), lambda: compose_text(result, args.top))
     return 0

@@ -1,15 +1,14 @@
-"""``headlab experiment one-vs-many``: the lesson's central claim, measured; ``cost`` in
-:mod:`headlab.cli.experiment_cost`."""
+"""``headlab experiment``: one-vs-many, the lesson's central claim measured, and cost, what
+several thin heads cost against one wide head."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from headlab.cli import experiment_cost
-from headlab.cli._args import text
+from headlab.cli._args import integer, listed, text
 from headlab.cli._model import model_device
-from headlab.cli._output import emit_json, show
+from headlab.cli._output import output
 from headlab.cli._progress import progress_for
 from headlab.errors import InputError
 
@@ -51,7 +50,7 @@ def add_parser(sub: Any) -> None:
         "the headlab checkout)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    experiment_cost.add_arguments(p)
+    add_cost_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -72,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if given:
         raise InputError(f"{', '.join(given)}: for `headlab experiment {owner}` only")
     if args.name == "cost":
-        return experiment_cost.run(args)
+        return _run_cost(args)
     from headlab.experiments.one_vs_many import (
         data_folder,
         grid_config,
@@ -85,8 +84,47 @@ def run(args: argparse.Namespace) -> int:
     data = data_folder(cfg, args.data)
     with progress_for(args, "headlab experiment") as progress:
         result = one_vs_many(cfg, data=data, progress=progress)
-    if args.json:
-        emit_json(result)
-    else:
-        show(one_vs_many_text(result))
+    output(args, result, lambda: one_vs_many_text(result))
+    return 0
+
+
+#: head counts and lengths, e.g. 1,4,16
+COUNTS = listed(integer(1, 1 << 40), "whole numbers", "1,4,16")
+
+
+def add_cost_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``experiment cost`` (refused with the other experiment)."""
+    g = p.add_argument_group("cost")
+    g.add_argument("--width", type=int, help="model width E (default 768)")
+    g.add_argument(
+        "--model",
+        help="take the width of this model (a catalog name, config.json or folder, smollm2, a "
+        ".gguf file) and add its head count to --heads",
+    )
+    g.add_argument(
+        "--heads",
+        type=COUNTS,
+        help="head counts, e.g. 1,4,16 (default 1,2,4,8,12,16,32,64: those dividing the width)",
+    )
+    g.add_argument("--lengths", type=COUNTS, help="input lengths (default 512,2048)")
+    g.add_argument("--batch", type=int, help="sequences per call (default 1)")
+    g.add_argument("--device", help="cpu or cuda (default cpu; one-vs-many takes it too)")
+    g.add_argument("--rounds", type=int, help="rounds of alternating timing blocks (default 3)")
+    g.add_argument("--no-backward", action="store_true", help="time the forward only")
+    g.add_argument("--figure", help="write a PNG of time and memory against heads")
+
+
+def _run_cost(args: argparse.Namespace) -> int:
+    from headlab.experiments.cost import run_cost
+    from headlab.experiments.cost_text import cost_options, cost_text
+
+    names = ("width", "heads", "lengths", "batch", "device", "rounds", "model", "quick")
+    opts = cost_options(backward=not args.no_backward, **{n: getattr(args, n) for n in names})
+    with progress_for(args, "headlab experiment cost") as progress:
+        result = run_cost(opts, progress=progress).to_json()
+    if args.figure:
+        from headlab.report.figures import cost_figure
+
+        cost_figure(result, args.figure)
+    output(args, result, lambda: cost_text(result))
     return 0

@@ -9,13 +9,11 @@ The request, tables and text are the library's (:mod:`headlab.explore.request`,
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
 from typing import Any
 
-from headlab.cli._args import chosen_layers, integer, text
+from headlab.cli._args import integer, listed, text
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
-from headlab.cli._output import console, emit_json, show
+from headlab.cli._output import console, note, output
 from headlab.datasets.lesson import LESSON_WORD
 from headlab.datasets.parse import INSTALL_HINT
 from headlab.errors import ModalityError
@@ -125,7 +123,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--patch",
-        type=patch_position,
+        type=listed(integer(0, 1 << 20), "ROW,COL (0-based)", "3,4", count=2),
         metavar="ROW,COL",
         help="with --image: the attending patch, 0-based (default: the class token)",
     )
@@ -138,46 +136,25 @@ def run(args: argparse.Namespace) -> int:
     an image's with ``--image``, or a word traced through a parse with ``--trace``."""
     from dataclasses import fields
 
-    from headlab.models.seq2seq import is_encoder_decoder, reads_audio
+    from headlab.models.seq2seq import reads_audio
 
     request = HeadsRequest(**{f.name: getattr(args, f.name) for f in fields(HeadsRequest)})
     request.check()  # before anything is read or loaded
     if request.image is not None:
-        return run_image(args)
+        return run_image(args, request)
     if request.trace:
         return run_trace(args)
     sound = request.sound()
-    lm = load_quietly(args)
+    lm = load_model(args)
     request.check_model(lm, sound)
-    layers = args.layer
-    if not is_encoder_decoder(lm):
-        layers = chosen_layers(args, lm, list(range(lm.n_layers)))
-    table = request.sentence_table(lm, layers, sound)
+    table = request.sentence_table(lm, sound)
     seconds = None if sound is None else sound.seconds
-    _print(
+    output(
         args,
         table,
         lambda: heads_text(table, args.top, model=lm.name, hears=reads_audio(lm), seconds=seconds),
     )
     return 0
-
-
-def load_quietly(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """The model of ``--model`` (hub progress bars only with ``--verbose``; ``headlab heads``
-    and ``headlab prune``)."""
-    if not args.verbose:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    return load_model(args, **kwargs)
-
-
-def _print(args: argparse.Namespace, data: dict[str, Any], parts: Callable[[], Any]) -> None:
-    """``data`` as JSON with ``--json``, else the library's ``parts()`` of it."""
-    if args.json:
-        emit_json(data)
-    else:
-        show(parts())
 
 
 def run_trace(args: argparse.Namespace) -> int:
@@ -188,50 +165,36 @@ def run_trace(args: argparse.Namespace) -> int:
     sentence, word = sentence_to_trace(
         args.text, args.word, conllu=args.conllu, sentence_id=args.sentence_id, spacy=args.spacy
     )
-    lm = load_quietly(args)
+    lm = load_model(args)
     if is_encoder_decoder(lm):  # the parse is of the source sentence: the encoder's heads
         lm = text_encoder(lm, why="--trace follows a text's parse")
     if args.roles is None:
-        print(f"headlab heads: {MEASURING}", file=sys.stderr, flush=True)
+        note("headlab heads", MEASURING, kind="")
     relations, source = relation_table(lm, args.roles)
     trace = trace_word(lm, sentence, word, relations, k=args.top, table_source=source)
-    _print(args, trace.to_json(), lambda: trace_text(trace))
+    output(args, trace.to_json(), lambda: trace_text(trace))
     return 0
 
 
-def run_image(args: argparse.Namespace) -> int:
+def run_image(args: argparse.Namespace, request: HeadsRequest) -> int:
     """``--image FILE``: the image first (quick errors), then the model, one forward pass, the
     table and every head's patch grid."""
     from headlab.models.images import open_image
 
     image = open_image(args.image)
     try:
-        lm = load_quietly(args, reads="images")
+        lm = load_model(args, reads="images")
     except ModalityError as exc:
         raise ModalityError(
             f"{exc}: --image needs a vision model folder (ViT, CLIP)", reads=exc.reads
         ) from None
-    layers = chosen_layers(args, lm, list(range(lm.n_layers)))
+    layers = request.layers_of(lm)
     table = image_table(
         lm, image, str(args.image), patch=args.patch, layers=layers, heads=args.head, top=args.top
     )
-    _print(args, table, lambda: image_text(table, args.top))
+    output(args, table, lambda: image_text(table, args.top))
     if not args.json:
         con = console()
         for line in patch_grids(table, con.width):
             con.print(line, markup=False, no_wrap=True, crop=False)
     return 0
-
-
-def patch_position(value: str) -> tuple[int, int]:
-    """``ROW,COL`` (0-based) as a pair of integers."""
-    parts = value.replace(" ", "").split(",")
-    try:
-        row, col = (int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected ROW,COL (two 0-based integers), got {value!r}"
-        ) from None
-    if row < 0 or col < 0:
-        raise argparse.ArgumentTypeError(f"expected ROW,COL of 0 or more, got {value!r}")
-    return row, col

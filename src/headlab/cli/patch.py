@@ -7,9 +7,9 @@ import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._causal import add_model, add_outputs, add_prompts, quiet_downloads, request
+from headlab.cli._causal import add_model, add_outputs, add_prompts, request
 from headlab.cli._model import load_model
-from headlab.cli._output import emit_json, show
+from headlab.cli._output import output
 from headlab.cli._progress import progress_for
 
 #: the library's methods, named here so that --help needs no torch import
@@ -96,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
     from headlab.causal.text import patch_text
 
     patching = request(PatchRequest, args)  # every check before the model loads
-    quiet_downloads(args)
     lm = load_model(args, with_lm_head=True)
     task = patch_task(lm, patching)
     if args.write:
@@ -107,10 +106,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with progress_for(args, "headlab patch") as progress:
         result = run_patch(lm, task, patching, progress=progress)
-    if args.json:
-        emit_json(result.to_json())
-    elif args.csv and args.to is None:  # path patching has a table only
-        sys.stdout.write(result.to_csv())
-    else:
-        show(patch_text(result, args.top))
+    csv = None if args.to else lambda: result.to_csv()  # path patching has a table only
+    output(args, result.to_json(), lambda: patch_text(result, args.top), csv)
     return 0

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from headlab.cli._args import integer, number, text
-from headlab.cli._model import MODEL_HELP, add_model_arguments, model_device
-from headlab.cli._output import emit_json, show
+from headlab.cli._args import integer, listed, number, share, text
+from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device
+from headlab.cli._output import note, output
 from headlab.cli._progress import progress_for
-from headlab.cli.heads import load_quietly
-from headlab.progress import NO_PROGRESS, Progress
 
 #: the library's defaults (kept here as numbers so that --help needs no torch import)
 L0_WEIGHT = 0.5
@@ -77,7 +73,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--recover-at",
-        type=shares,
+        type=listed(share(one=False), "shares of heads", "0.5,0.7"),
         default=(0.5, 0.7),
         metavar="F,F",
         help="on a curve, recover at the last point at or below these shares (default 0.5,0.7)",
@@ -167,28 +163,24 @@ def _run(args: argparse.Namespace) -> int:
     options = PruneOptions(**{f.name: getattr(args, f.name) for f in fields(PruneOptions)})
     check_request(options, curve=args.curve, figure=args.figure is not None)
     options.check()  # options and the output folder, before the model loads
-    lm = ready_model(lambda head: load_quietly(args, with_lm_head=head), options, args.model)
+    lm = ready_model(lambda head: load_model(args, with_lm_head=head), options, args.model)
     writer = distributed.writes()
-    # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
-    drawn: AbstractContextManager[Progress] = (
-        progress_for(args, "headlab prune") if writer else nullcontext(NO_PROGRESS)
-    )
     if args.compare:
         from headlab.pruning.methods import compare_methods
 
-        with drawn as progress:
+        with progress_for(args, "headlab prune", draws=writer) as progress:
             compared = compare_methods(lm, options, progress=progress)
         if args.figure is not None:
             from headlab.report.figures import pruning_compare
 
             pruning_compare(compared, Path(args.figure))
         return _print(args, compared, compared=True)
-    with drawn as progress:
+    with progress_for(args, "headlab prune", draws=writer) as progress:
         result = run_pruning(lm, options, progress=progress)
     if not writer:
         return 0
-    for note in result.notes:
-        print(f"headlab prune: {note}", file=sys.stderr)
+    for line in result.notes:
+        note("headlab prune", line, kind="")
     return _print(args, result.to_json())
 
 
@@ -197,28 +189,13 @@ def a_file(value: str) -> Path:
     return Path(text("a file")(value))
 
 
-def shares(value: str) -> tuple[float, ...]:
-    """``0.5,0.7`` -> ``(0.5, 0.7)``, each in (0, 1)."""
-    try:
-        out = tuple(float(v) for v in value.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected shares of heads like 0.5,0.7, got {value!r}"
-        ) from None
-    if not out or any(not 0.0 < f < 1.0 for f in out):
-        raise argparse.ArgumentTypeError(f"expected shares in (0, 1) like 0.5,0.7, got {value!r}")
-    return out
-
-
 def _print(args: argparse.Namespace, result: dict[str, Any], compared: bool = False) -> int:
     """``result`` as JSON, CSV or tables: a curve, or a comparison of importance methods."""
     from headlab.pruning.request import compare_csv, curve_csv
     from headlab.pruning.text import compare_text, curve_text
 
-    if args.json:
-        emit_json(result)
-    elif args.csv:
-        sys.stdout.write(compare_csv(result) if compared else curve_csv(result))
+    if compared:
+        output(args, result, lambda: compare_text(result, args.figure), lambda: compare_csv(result))
     else:
-        show(compare_text(result, args.figure) if compared else curve_text(result))
+        output(args, result, lambda: curve_text(result), lambda: curve_csv(result))
     return 0

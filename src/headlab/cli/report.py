@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from headlab.cli._args import text
-from headlab.cli._model import load_model, text_side
-from headlab.cli._output import data_notes, native_note
+from headlab.cli._model import load_model
+from headlab.cli._output import data_notes, native_note, note
 from headlab.cli._progress import progress_for
 from headlab.cli.roles import add_gold, add_model, read_gold_of
 
@@ -117,6 +116,7 @@ REQUEST = (
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab.models.seq2seq import text_side
     from headlab.report.build import causal_prune_options
     from headlab.report.request import ReportRequest, build_requested, check_request, write_ledger
 
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         )
     data_notes("headlab report", built.roles.data, gold.folds_off, built.roles.replicates)
     if built.note:
-        print(f"headlab report: note: {built.note}", file=sys.stderr, flush=True)
+        note("headlab report", built.note)
     if args.ledger_md:
         write_ledger(built.out, args.ledger_md)
         print(f"wrote {args.ledger_md}")

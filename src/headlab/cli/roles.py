@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from headlab.cli._args import MAX_REPLICATES, integer, seed, text
-from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model, model_device, text_side
-from headlab.cli._output import data_notes, emit_json, native_note, show
+from headlab.cli._model import (
+    MODEL_HELP,
+    add_model_arguments,
+    load_model,
+    model_device,
+    quiet_downloads,
+)
+from headlab.cli._output import data_notes, native_note, note, output
 from headlab.cli._progress import progress_for
 from headlab.errors import ModalityError
-from headlab.progress import NO_PROGRESS, Progress
 
 
 def add_parser(sub: Any) -> None:
@@ -107,10 +110,7 @@ def read_gold_of(args: argparse.Namespace) -> Any:
     without ``--verbose``."""
     from headlab.roles.workflow import read_gold
 
-    if not args.verbose:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    quiet_downloads(args)
     names = ("treebank", "gap", "no_gap", "limit", "reliability")
     return read_gold(
         frequencies=getattr(args, "frequencies", None), **{n: getattr(args, n) for n in names}
@@ -119,6 +119,7 @@ def read_gold_of(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from headlab import distributed
+    from headlab.models.seq2seq import text_side
     from headlab.roles.checkpoint import Checkpoint
     from headlab.roles.results import heads_csv
     from headlab.roles.summary import roles_text
@@ -142,10 +143,7 @@ def run(args: argparse.Namespace) -> int:
         if writer:
             native_note("headlab roles")
         # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
-        drawn: AbstractContextManager[Progress] = (
-            progress_for(args, "headlab roles") if writer else nullcontext(NO_PROGRESS)
-        )
-        with drawn as progress:
+        with progress_for(args, "headlab roles", draws=writer) as progress:
             report = run_roles(
                 lm,
                 gold,
@@ -157,15 +155,11 @@ def run(args: argparse.Namespace) -> int:
             )
         if writer:
             data_notes("headlab roles", report.data, gold.folds_off, report.replicates)
-            note = keep_roles(report.to_json())  # where headlab serve looks for it
-            if note:
-                print(f"headlab roles: note: {note}", file=sys.stderr, flush=True)
-            if args.json:
-                emit_json(report.to_json())
-            elif args.csv:
-                sys.stdout.write(heads_csv(report))
-            else:
-                show(roles_text(report))
+            data = report.to_json()
+            kept = keep_roles(data)  # where headlab serve looks for it
+            if kept:
+                note("headlab roles", kept)
+            output(args, data, lambda: roles_text(report), lambda: heads_csv(report))
         if checkpoint is not None:  # the result is out: the checkpoint has served
             checkpoint.remove()
         return 0

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._causal import quiet_downloads
-from headlab.cli._model import model_device
+from headlab.cli._model import model_device, quiet_downloads
+from headlab.cli._output import note
 
 
 def add_parser(sub: Any) -> None:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     launch = Launch(options, device=model_device(args))  # bound, before any model loads
     try:
         quiet_downloads(args)
-        print(f"headlab serve: {launch.load()}", file=sys.stderr, flush=True)
+        note("headlab serve", launch.load(), kind="")
         launch.server.serve_forever()
     except KeyboardInterrupt:  # Ctrl-C is how the explorer stops
         print("headlab serve: stopped", file=sys.stderr)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from headlab.cli._args import integer, text
-from headlab.cli._output import emit_json, show
+from headlab.cli._output import note, output
 from headlab.layout import sheet
 from headlab.layout.sheet import DEFAULT_CONTEXT
 from headlab.models.names import DEFAULT_MODEL_NAME, named_config
@@ -96,10 +95,7 @@ def run(args: argparse.Namespace) -> int:
         data, text = sheet.plan_json(named_config(names[0], full=True), options), sheet.plan_text
     else:
         data, text = sheet.spec_json(names, options, resolve=named_config), sheet.spec_text
-        for note in sheet.spec_notes(data):
-            print(f"headlab spec: note: {note}", file=sys.stderr, flush=True)
-    if args.json:
-        emit_json(data)
-    else:
-        show(text(data))
+        for line in sheet.spec_notes(data):
+            note("headlab spec", line)
+    output(args, data, lambda: text(data))
     return 0

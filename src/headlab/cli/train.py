@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from headlab.cli._args import integer, seed, text
+from headlab.cli._model import quiet_downloads
 from headlab.cli._output import emit_json
 from headlab.cli._progress import progress_for
 
@@ -47,10 +48,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from headlab.training.language_model import train_file, trained_text
 
-    if not args.verbose:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # the saving step's shard bar
+    quiet_downloads(args)  # the saving step's shard bar
     with progress_for(args, "headlab train") as progress:
         info = train_file(
             args.text,

@@ -27,6 +27,7 @@ Classes are tendencies measured on these prompts, not assignments; every number 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -458,7 +459,7 @@ def find_circuit(
     method: EdgeMethod = "eap-ig",
     steps: int = 5,
     search: Search = "greedy",
-    sizes: list[int] | None = None,
+    sizes: Sequence[int] | None = None,
     target: float = 0.8,
     classes: bool = True,
     roles: dict[tuple[int, int], str] | None = None,
@@ -484,6 +485,7 @@ def find_circuit(
     check_differs(eval_task)
     if sizes is not None:
         check_sizes(graph, sizes)
+        sizes = sorted(set(sizes))  # measured smallest first, each once
     scores = edge_scores(lm, task, method=method, steps=steps, graph=graph, progress=progress)
     curve = faithfulness_curve(lm, scores, eval_task, sizes=sizes, search=search, progress=progress)
     reached = [i for i, f in enumerate(curve.faithfulness) if f >= target]

@@ -64,7 +64,7 @@ class CircuitRequest:
     method: str = "eap-ig"
     steps: int | None = None
     search: str = "greedy"
-    sizes: list[int] | None = None
+    sizes: tuple[int, ...] | None = None
     target: float = 0.8
     no_classes: bool = False
     roles: str | None = None

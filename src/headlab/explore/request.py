@@ -127,10 +127,27 @@ class HeadsRequest:
                 f"Whisper...); {lm.name} has one stack of layers"
             )
 
-    def sentence_table(
-        self, lm: LoadedModel, layers: Sequence[int] | None, sound: Sound | None = None
-    ) -> dict[str, Any]:
-        """The heads table of the sentence (default the lesson's) through ``lm``, on ``layers``
+    def layers_of(self, lm: LoadedModel) -> list[int]:
+        """``layer`` (default every layer of ``lm``), checked, and ``head`` checked against the
+        most heads of those layers (fewer in some layers of a model pruned layer by layer).
+
+        Raises:
+            InputError: a layer or head ``lm`` does not have.
+        """
+        chosen = list(self.layer or range(lm.n_layers))
+        for layer in chosen:
+            if not 0 <= layer < lm.n_layers:
+                raise InputError(
+                    f"--layer {layer} out of range: {lm.name} has layers 0..{lm.n_layers - 1}"
+                )
+        most = max(lm.layout.heads_per_layer[layer] for layer in chosen)
+        for head in self.head or []:
+            if not 0 <= head < most:
+                raise InputError(f"--head {head} out of range: {lm.name} has heads 0..{most - 1}")
+        return chosen
+
+    def sentence_table(self, lm: LoadedModel, sound: Sound | None = None) -> dict[str, Any]:
+        """The heads table of the sentence (default the lesson's) through ``lm``, on ``layer``
         (an encoder-decoder's: of ``kind``, :func:`~headlab.explore.seq2seq.seq2seq_table`;
         else :func:`~headlab.explore.table.heads_table`), ``sound`` heard by Whisper.
 
@@ -141,6 +158,7 @@ class HeadsRequest:
 
         text = LESSON_SENTENCE if self.text is None else self.text
         if not is_encoder_decoder(lm):
+            layers = self.layers_of(lm)
             return heads_table(
                 lm, text, word=self.word, layers=layers, heads=self.head, top=self.top
             )
@@ -152,7 +170,7 @@ class HeadsRequest:
             target=self.target,
             kind=self.kind,
             word=self.word,
-            layers=None if layers is None else list(layers),
+            layers=None if self.layer is None else list(self.layer),
             heads=None if self.head is None else list(self.head),
             top=self.top,
             sound=sound,

@@ -39,6 +39,13 @@ def reads_audio(lm: LoadedModel) -> bool:
     return getattr(lm.model, "main_input_name", "input_ids") == "input_features"
 
 
+def text_side(lm: LoadedModel) -> LoadedModel:
+    """What reads a text as one stack of layers: an encoder-decoder's encoder (roles, reports
+    and pruning measure it; a one-line error for Whisper, whose encoder hears audio), any other
+    model as it is."""
+    return text_encoder(lm) if is_encoder_decoder(lm) else lm
+
+
 def text_encoder(
     lm: LoadedModel, why: str = "roles, reports and pruning are measured on text"
 ) -> LoadedModel:

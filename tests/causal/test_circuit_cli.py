@@ -12,7 +12,7 @@ from tests.models.tiny import build
 
 from headlab.causal.graph import build_graph
 from headlab.cli import main
-from headlab.experiments.circuit import CLASSES
+from headlab.experiments.head_classes import CLASSES
 from headlab.models.loading import load
 
 HELD_OUT = [
@@ -152,7 +152,7 @@ def test_each_class_follows_its_stated_rule() -> None:
     """The rules the JSON states, applied to measured evidence in the order stated."""
     import torch
 
-    from headlab.experiments.circuit import _classify
+    from headlab.experiments.head_classes import classify
 
     def grid(values: dict) -> torch.Tensor:
         t = torch.zeros(1, 8, dtype=torch.float64)
@@ -172,13 +172,12 @@ def test_each_class_follows_its_stated_rule() -> None:
     paths = grid({2: 0.1, 4: 0.02})
     heads = [(0, h) for h in range(8)]
     got = {
-        h: info["class"]
-        for (_, h), info in _classify(heads, dla, copying, attention, paths).items()
+        h: info["class"] for (_, h), info in classify(heads, dla, copying, attention, paths).items()
     }
     # headlab roles' verdict is evidence too: 7 becomes a previous-token head; 2 stays an
     # S-inhibition head, the IOI rules being checked first
     roles = {(0, 7): "previous-token", (0, 2): "induction"}
-    with_roles = _classify(heads, dla, copying, attention, paths, roles)
+    with_roles = classify(heads, dla, copying, attention, paths, roles)
     assert with_roles[(0, 7)]["class"] == "previous token"
     assert with_roles[(0, 7)]["role"] == "previous-token"
     assert with_roles[(0, 2)]["class"] == "s-inhibition"
@@ -201,17 +200,17 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
     import torch
 
     from headlab.causal.patching import as_task
-    from headlab.experiments import circuit
-    from headlab.experiments.circuit import _name_copying, _positions
+    from headlab.experiments import head_classes
+    from headlab.experiments.head_classes import answer_positions, name_copying
 
     # a random model ranks no name in its top 5 of 30,522: half the vocabulary makes it a coin
-    monkeypatch.setattr(circuit, "TOP_LOGITS", 15_000)
+    monkeypatch.setattr(head_classes, "TOP_LOGITS", 15_000)
 
     folder = build("llama", tmp_path / "m", lm_head=True, seed=5, attn_implementation="eager")
     lm = load(folder, with_lm_head=True)
     task = as_task(lm, PROMPTS)
     heads = [(layer, head) for layer in range(2) for head in range(4) if (layer, head) != (0, 1)]
-    got = _name_copying(lm, task, heads)
+    got = name_copying(lm, task, heads)
     assert 0 < float(got.nan_to_num(0).sum()) < len(heads)  # some hits, not all
     model, d = lm.model, lm.head_dim
     n_kv_group = model.config.num_attention_heads // model.config.num_key_value_heads
@@ -228,7 +227,7 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
             with torch.no_grad():
                 model(input_ids=batch.clean)
             for b in range(batch.clean.shape[0]):
-                io, _, _ = _positions(
+                io, _, _ = answer_positions(
                     batch.clean[b].tolist(), int(batch.answer[b]), int(batch.distractor[b])
                 )
                 g = head // n_kv_group
@@ -349,7 +348,7 @@ def test_prompts_that_cannot_find_a_circuit_are_refused(run, tmp_path: Path, cap
 def test_roles_of_another_layout_are_refused(tmp_path: Path) -> None:
     """A roles run must be of the model's heads: its layout, heads inside it, known roles."""
     from headlab.errors import InputError
-    from headlab.experiments.circuit import roles_by_head
+    from headlab.experiments.head_classes import roles_by_head
 
     def run_of(heads: list, layout: list[int] | None = None) -> dict:
         data = {"schema": "headlab.roles/1", "model": "m", "heads": heads}

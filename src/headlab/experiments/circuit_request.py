@@ -20,7 +20,8 @@ from headlab.causal.patching import as_task
 from headlab.causal.request import check_outputs
 from headlab.causal.tasks import encode_task, read_prompts
 from headlab.errors import DataFormatError, InputError
-from headlab.experiments.circuit import find_circuit, roles_by_head
+from headlab.experiments.circuit import find_circuit
+from headlab.experiments.head_classes import roles_by_head
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
 from headlab.progress import NO_PROGRESS, Progress

@@ -256,9 +256,7 @@ def atomic_folder(
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-"))
     except OSError as exc:
         raise write_error(path, exc) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result should not be
+    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes it private; the result should not be
     try:
         yield tmp
         marker = {"written_by": "headlab", "kind": kind}

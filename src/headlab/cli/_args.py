@@ -92,16 +92,18 @@ def share(*, one: bool) -> Callable[[str], float]:
 def listed(
     one: Callable[[str], T], what: str, example: str, count: int | None = None
 ) -> Callable[[str], tuple[T, ...]]:
-    """Values separated by commas (``count`` of them where given), each checked by ``one``."""
+    """Values separated by commas or spaces (``count`` of them where given), each checked by
+    ``one``; ``what`` and ``example`` say what is expected (``"edge counts separated by
+    commas"``, ``"10,100,1000"``)."""
 
     def parse(value: str) -> tuple[T, ...]:
         parts = [p for p in value.replace(" ", ",").split(",") if p]
-        expected = f"expected {what} separated by commas, like {example}"
+        expected = f"expected {what}, like {example}"
         if not parts or (count is not None and len(parts) != count):
             raise argparse.ArgumentTypeError(f"{expected}, got {value!r}")
         try:
             return tuple(one(p) for p in parts)
         except argparse.ArgumentTypeError as exc:
-            raise argparse.ArgumentTypeError(f"{expected}: {exc}") from None
+            raise argparse.ArgumentTypeError(f"{expected}; {exc}") from None
 
     return parse

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 #: head counts and lengths, e.g. 1,4,16
-COUNTS = listed(integer(1, 1 << 40), "whole numbers", "1,4,16")
+COUNTS = listed(integer(1, 1_000_000), "whole numbers separated by commas", "1,4,16")
 
 
 def add_cost_arguments(p: argparse.ArgumentParser) -> None:

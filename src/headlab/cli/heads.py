@@ -123,7 +123,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--patch",
-        type=listed(integer(0, 1 << 20), "ROW,COL (0-based)", "3,4", count=2),
+        type=listed(integer(0, 100_000), "ROW,COL (two 0-based integers)", "3,4", count=2),
         metavar="ROW,COL",
         help="with --image: the attending patch, 0-based (default: the class token)",
     )

@@ -73,7 +73,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--recover-at",
-        type=listed(share(one=False), "shares of heads", "0.5,0.7"),
+        type=listed(share(one=False), "shares of heads separated by commas", "0.5,0.7"),
         default=(0.5, 0.7),
         metavar="F,F",
         help="on a curve, recover at the last point at or below these shares (default 0.5,0.7)",

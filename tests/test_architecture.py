@@ -7,6 +7,7 @@ the module, the line and the floors involved."""
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,6 +264,22 @@ def test_functions_import_headlab_only_to_stay_light() -> None:
                 f"heavy that {imp.source} lacks ({has}): import it at the top"
             )
     assert not wrong, "\n".join(wrong)
+
+
+#: standard-library modules some platforms lack (fcntl: not on Windows), imported where used
+PLATFORM_ONLY = frozenset({"fcntl", "msvcrt", "termios", "resource"})
+
+
+def test_functions_import_the_standard_library_only_at_the_top() -> None:
+    """The standard library is light: imported inside a function it only hides what a module
+    uses (a module some platforms lack aside)."""
+    wrong = []
+    for imp in imports(MODULES, third_party=True):
+        root = imp.target.split(".")[0]
+        if imp.in_function and root in sys.stdlib_module_names and root not in PLATFORM_ONLY:
+            where = MODULES[imp.source].relative_to(SRC)
+            wrong.append(f"{where}:{imp.line} imports {imp.target} inside a function")
+    assert not wrong, "import these at the module's top:\n" + "\n".join(wrong)
 
 
 def test_the_light_import_check_sees_torch_through_a_module() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from headlab.cli import main
+from headlab.page.styles import role_styles
 from headlab.report.decoder import companion, decoder_roles
-from headlab.report.figures import role_styles
 
 
 def _head(layer: int, head: int, role: str, scores: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,9 @@ head width, ``V`` vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from headlab.causal.activation import (  # noqa: F401 (the module's public names)
@@ -76,7 +78,6 @@ def run_patching(
     run first, for the correlations and top heads of both; ``layer_table``: also each layer's
     residual stream, attention and MLP output (activation patching, in the result's
     ``layers``)."""
-    import dataclasses
 
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -181,7 +182,6 @@ def _wrap(model: Any, tokenizer: Any) -> LoadedModel:
 
 def as_task(lm: LoadedModel, prompts: Any, *, n: int = 24, seed: int = 0) -> Task:
     """A :class:`Task` for ``lm``'s tokenizer from any form :func:`patch_heads` takes."""
-    from pathlib import Path
 
     if isinstance(prompts, Task):
         return prompts

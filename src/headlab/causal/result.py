@@ -3,6 +3,7 @@ whole components (:class:`LayerTable`), with their JSON, CSV and notebook views.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +137,6 @@ class PatchingResult:
     def _repr_html_(self) -> str:
         """A layers x heads heatmap for notebooks: red carries the behaviour, blue works
         against it, each cell's effect in its tooltip."""
-        import html
 
         scale = max((abs(v) for _, _, v in table.cells(self.effects)), default=1.0) or 1.0
         rows = []

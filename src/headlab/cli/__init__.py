@@ -10,8 +10,10 @@ needs it runs, so ``headlab --help`` and ``headlab spec`` stay fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -49,8 +51,6 @@ class _Parser(argparse.ArgumentParser):
 
 def _suggestion(message: str) -> str:
     """``"; did you mean 'report'?"`` for an invalid choice close to a valid one, else ``""``."""
-    import difflib
-    import re
 
     match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
     if match is None:

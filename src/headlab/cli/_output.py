@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,7 +27,6 @@ PIPE_WIDTH = 200
 def console() -> Any:
     """A rich console on stdout (rich honours NO_COLOR and plain pipes); tables written to a
     file or pipe get :data:`PIPE_WIDTH` columns, so no number is cut."""
-    import os
 
     from rich.console import Console
 

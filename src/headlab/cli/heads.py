@@ -9,6 +9,7 @@ The request, tables and text are the library's (:mod:`headlab.explore.request`,
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from typing import Any
 
 from headlab.cli._args import integer, listed, text
@@ -134,7 +135,6 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """A sentence's heads (an encoder-decoder's of ``--kind``; Whisper's hearing ``--audio``),
     an image's with ``--image``, or a word traced through a parse with ``--trace``."""
-    from dataclasses import fields
 
     from headlab.models.seq2seq import reads_audio
 

@@ -13,6 +13,7 @@ two sentences' cosine with and without them (both sentences run with the same he
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -202,7 +203,6 @@ def resample_source(
     Raises:
         InputError: no sentence in the sample is that long.
     """
-    import random
 
     texts = [" ".join(s.words) for s in read_treebank(sample_path("treebank"), limit=n).sentences]
     limit = lm.max_positions or 10**9

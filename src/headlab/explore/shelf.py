@@ -30,8 +30,6 @@ from headlab.models.names import (
 
 logger = logging.getLogger(__name__)
 
-#: the default model's key in the picker
-
 
 @dataclass(frozen=True, kw_only=True)
 class Choice:

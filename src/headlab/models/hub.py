@@ -9,6 +9,7 @@ existing folder always wins over a cached name.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -26,7 +27,6 @@ def looks_like_repo_id(name: str) -> bool:
 def cache_dir() -> Path:
     """The Hub cache that transformers reads (honours ``HF_HUB_CACHE`` and ``HF_HOME`` as set
     now, not only when huggingface_hub was first imported)."""
-    import os
 
     explicit = os.environ.get("HF_HUB_CACHE")
     if explicit:

@@ -13,6 +13,7 @@ registered under the same name, or padding would be ignored.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +44,6 @@ _REGISTERED = False
 def _eager_of(module: nn.Module) -> Callable[..., Any]:
     """The module's own ``eager_attention_forward`` (what transformers runs by default for a
     model without sdpa support)."""
-    import sys
 
     found = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if found is None:

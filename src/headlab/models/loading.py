@@ -7,8 +7,11 @@ bit-identical, and it sees queries, keys, masks and scaling on their way in.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +127,6 @@ def uses_interface(cls: type) -> bool:
     """Whether a model class's code calls transformers' attention interface (its module looks
     functions up in ``ALL_ATTENTION_FUNCTIONS``); DeBERTa-v2, MPNet and BLOOM do not
     (Falcon did before transformers 5.25)."""
-    import sys
 
     module = sys.modules.get(cls.__module__)
     return module is None or "ALL_ATTENTION_FUNCTIONS" in vars(module)
@@ -140,7 +142,6 @@ def _layout(config: Any, adapter: Adapter, name: str) -> AttentionLayout:
     """The config's layout, checked against the head counts the interface saw; one flat list of
     layers for an encoder-decoder (encoder, then decoder self- and cross-attention in forward
     order)."""
-    import dataclasses
 
     try:
         layout = layout_from_config(config.to_dict())
@@ -249,7 +250,6 @@ Reads = Literal["text", "images"]
 
 def reads_of(model_class: Any) -> list[str]:
     """The kinds of data a model class's forward takes (``["text", "images"]`` for CLIP)."""
-    import inspect
 
     params = inspect.signature(model_class.forward).parameters
     return [kind for kind, name in INPUTS.items() if name in params]

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headlab.errors import ModelLoadError
 from headlab.layout import read_config
@@ -29,9 +29,6 @@ from headlab.layout import resolve as layout_config
 from headlab.layout.sheet import NamedConfig
 from headlab.models import gguf
 from headlab.models.gguf import folder_for
-
-if TYPE_CHECKING:
-    from headlab.layout.sheet import NamedConfig
 
 #: the default encoder's key, display name, and the other names it goes by
 DEFAULT = "minilm"

@@ -43,7 +43,6 @@ def encode(lm: LoadedModel, texts: Sequence[str]) -> dict[str, torch.Tensor]:
 
 def _forward_arguments(model: Any) -> set[str]:
     """Named arguments of the model's forward (DistilBERT, say, takes no token_type_ids)."""
-    import inspect
 
     params = inspect.signature(model.forward).parameters
     return {name for name, p in params.items() if p.kind is not p.VAR_KEYWORD}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -240,7 +241,6 @@ def train_gates(
     Raises:
         InputError: bad ``config``, or ``data`` too short for one batch.
     """
-    import time
 
     config.check()
     check_batches(data, "L0 gate training")

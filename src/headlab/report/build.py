@@ -25,13 +25,17 @@ from headlab.models.words import find_word, split_words
 from headlab.progress import Prefixed, Progress
 from headlab.pruning.workflow import PruneOptions, build_metrics, read_pruning_json
 from headlab.report import write_report
-from headlab.report.decoder import DECODER_FOCUS, DECODER_FOLDER, DECODER_PROMPT, REPEAT_PROMPT
+from headlab.report.decoder import (
+    DECODER_FOCUS,
+    DECODER_FOLDER,
+    DECODER_PROMPT,
+    ENCODER_FOLDER,
+    REPEAT_PROMPT,
+)
 from headlab.report.full import measure_extras
 from headlab.roles.results import RoleReport
 from headlab.roles.workflow import GoldInputs, keep_roles, run_roles
 
-#: the encoder's page, and the decoder's beside it so that each can link the other
-ENCODER_FOLDER = "headlab-report"
 #: viewer sentences taken from the treebank besides the lesson's (6 to 25 words each)
 TREEBANK_SENTENCES = 4
 

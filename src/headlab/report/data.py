@@ -12,9 +12,9 @@ from headlab.layout.costs import compute_spec
 from headlab.models.analysis import pattern_bytes, word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.words import find_word
+from headlab.page.styles import role_styles
 from headlab.progress import Progress, stage
 from headlab.report.decoder import decoder_roles, decoder_spec, extra_scores
-from headlab.report.figures import role_styles
 from headlab.report.ledger import build_ledger
 from headlab.roles.classify import CAUSAL_ROLES
 from headlab.roles.measure import RoleReport

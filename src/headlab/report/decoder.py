@@ -35,9 +35,8 @@ EXTRA_SCORES = ("copying",)
 #: heads listed per decoder role, best first
 TOP_HEADS = 5
 
-#: the bundled decoder, and the folder its report goes to by default (a sibling of the
-#: encoder's ``headlab-report``)
-DECODER_NAME = DECODER  # what --model takes for it (headlab.models.names)
+#: the folders the encoder's and the bundled decoder's reports go to by default, side by side
+#: so that each can link the other
 DECODER_FOLDER = "headlab-report-smollm2"
 ENCODER_FOLDER = "headlab-report"
 
@@ -129,8 +128,8 @@ def companion(out: Path, *, causal: bool, default_model: bool) -> dict[str, Any]
     if causal:
         target, model, command = ENCODER_FOLDER, DEFAULT_MODEL_NAME, "headlab report"
     elif default_model:
-        target, model = DECODER_FOLDER, BUNDLED_NAMES[DECODER_NAME]
-        command = f"headlab report --model {DECODER_NAME}"
+        target, model = DECODER_FOLDER, BUNDLED_NAMES[DECODER]
+        command = f"headlab report --model {DECODER}"
     else:
         return None
     sibling = out.resolve().parent / target

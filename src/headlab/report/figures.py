@@ -2,44 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 from headlab.models.analysis import pattern_from_bytes
 from headlab.outputs import write_bytes_atomic
-from headlab.roles.classify import LETTERS
-
-ROLE_COLOURS = {
-    "positional": "#4e79a7",
-    "delimiter": "#bab0ac",
-    "rare-token": "#edc948",
-    "syntactic": "#59a14f",
-    "coreference": "#e15759",
-    "broad": "#f28e2b",
-    "induction": "#b07aa1",
-    "unclassified": "#ffffff",
-}
-#: colours for roles the table above does not know yet, handed out in the roles' order
-SPARE_COLOURS = ("#76b7b2", "#ff9da7", "#9c755f", "#17becf", "#8c564b", "#bcbd22", "#7f7f7f")
-
-
-def role_styles(roles: list[str]) -> dict[str, dict[str, str]]:
-    """``{role: {"colour", "letter"}}`` for every role of a roles result, the ones headlab does
-    not know yet included (a spare colour; a letter from the role's words not taken yet)."""
-
-    styles: dict[str, dict[str, str]] = {}
-    taken = {LETTERS[r] for r in roles if r in LETTERS}
-    spare = iter(SPARE_COLOURS)
-    for role in roles:
-        letter = LETTERS.get(role)
-        if letter is None:
-            words = role.split("-")
-            options = [words[0][0].upper(), "".join(w[0] for w in words).upper(), role[:2].title()]
-            letter = next((o for o in options if o not in taken), role[:3].title())
-            taken.add(letter)
-        colour = ROLE_COLOURS.get(role) or next(spare, "#cccccc")
-        styles[role] = {"colour": colour, "letter": letter}
-    return styles
+from headlab.page.styles import role_styles
 
 
 def _plt() -> Any:
@@ -149,7 +118,6 @@ def pruning_compare(data: dict[str, Any], path: str | Path) -> Path:
     against the share of heads removed (or KV-cache bytes per token, ``x: kv-bytes``), one line
     per importance method, its recovered points as open markers joined to the curve point they
     started from; the unpruned model's metric and one point below it as guides."""
-    import io
 
     plt = _plt()
     kv = data.get("x") == "kv-bytes"
@@ -218,7 +186,6 @@ COST_PATHS = {
 def cost_figure(data: dict[str, Any], path: str | Path) -> Path:
     """``headlab experiment cost``'s JSON as a PNG: for each length, forward time and peak
     forward memory against the head count (log x), one line per path; written atomically."""
-    import io
 
     plt = _plt()
     lengths = list(dict.fromkeys(r["length"] for r in data["rows"]))

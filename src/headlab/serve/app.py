@@ -36,7 +36,7 @@ from headlab.explore.shelf import Shelf
 from headlab.explore.table import LESSON_SENTENCE, heads_table
 from headlab.models.names import DEFAULT
 from headlab.page.explorer import page
-from headlab.report.figures import role_styles
+from headlab.page.styles import role_styles
 
 logger = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,6 @@ class LMRecipe:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        import math
 
         bounds = {
             "d_model": (1, 4096),

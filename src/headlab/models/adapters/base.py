@@ -11,6 +11,7 @@ discovery cannot see, each with its reason.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import torch
@@ -194,7 +195,6 @@ class Adapter:
 
     def _rediscovered(self, h: LayerHandles) -> LayerHandles:
         """``h`` pointing at the modules now at its projections' paths."""
-        import dataclasses
 
         modules = dict(self.model.named_modules())
         paths = {id(m): p for p, m in self._paths.items()}

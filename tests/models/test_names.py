@@ -69,3 +69,35 @@ def test_the_catalogue_and_the_cli_parsers_load_without_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("alias", ["minilm", "all-MiniLM-L6-v2"])
+def test_every_command_loads_the_default_model_by_its_other_names(alias: str) -> None:
+    from headlab.models.folder import locate
+    from headlab.models.names import default_model_path
+
+    assert locate(alias) == locate(None) == (default_model_path(), DEFAULT_MODEL_NAME)
+
+
+def test_a_folder_named_like_an_alias_is_that_folder(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "minilm").mkdir()
+    (tmp_path / "minilm" / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]}')
+    monkeypatch.chdir(tmp_path)
+    name = resolve("minilm")
+    assert name.key == "minilm" and name.source == "minilm" and name.causal is True
+
+
+def test_a_cached_hub_name_is_causal_by_its_cached_config(tmp_path: Path, monkeypatch) -> None:
+    """The local Hub cache's layout (refs/main -> snapshots/<commit>/config.json) read without
+    loading the model or reaching the network."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    for repo, arch in (("org/decoder", "LlamaForCausalLM"), ("org/encoder", "BertModel")):
+        root = tmp_path / f"models--{repo.replace('/', '--')}"
+        snapshot = root / "snapshots" / ("a" * 40)
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        (root / "refs").mkdir()
+        (root / "refs" / "main").write_text("a" * 40)
+    assert resolve("org/decoder").causal is True
+    assert resolve("org/encoder").causal is False
+    assert resolve("org/absent").causal is None

@@ -116,8 +116,6 @@ REQUEST = (
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.models.seq2seq import text_side
-    from headlab.report.build import causal_prune_options
     from headlab.report.request import ReportRequest, build_requested, check_request, write_ledger
 
     request = ReportRequest(
@@ -127,11 +125,7 @@ def run(args: argparse.Namespace) -> int:
     )
     inputs = check_request(request)
     gold = read_gold_of(args)
-    lm = text_side(load_model(args))  # an encoder-decoder's encoder, as roles measure it
-    prune_options = None
-    if args.prune and lm.causal:  # perplexity needs the language-model head
-        lm = load_model(args, with_lm_head=True)
-        prune_options = causal_prune_options(lm, args.text)  # before the roles, not after
+    lm, prune_options = request.ready_model(lambda head: load_model(args, with_lm_head=head))
     native_note("headlab report")
     request.viewer(lm.causal)  # its word checked, now that the model's sentences are known
     with progress_for(args, "headlab report") as progress:

@@ -19,10 +19,8 @@ from typing import Any
 
 from headlab.errors import InputError, ModelLoadError
 from headlab.models.names import (
-    BUNDLED_NAMES,
     DECODER,
     DEFAULT,
-    DEFAULT_MODEL_NAME,
     TINY,
     resolve,
     smollm2_missing,
@@ -39,7 +37,8 @@ class Choice:
         key: what the picker and the API call it (``minilm``, ``smollm2``...).
         label: its display name, as the model reports it once loaded.
         source: what :func:`headlab.models.load` is given (``None``: the default model).
-        causal: whether it is a decoder, when known before loading (the bundled ones).
+        causal: whether it is a decoder with its language-model head, as the catalogue tells
+            before loading (:func:`headlab.models.names.resolve`).
         missing: why it cannot load here (a package not installed), else ``None``.
     """
 
@@ -50,25 +49,17 @@ class Choice:
     missing: str | None = None
 
 
+def entry_for(source: str | None, missing: str | None = None) -> Choice:
+    """The picker's entry for ``source``, as the catalogue names it."""
+    name = resolve(source)
+    return Choice(
+        key=name.key, label=name.display, source=name.source, causal=name.causal, missing=missing
+    )
+
+
 def bundled_choices() -> list[Choice]:
     """The bundled models, in the picker's order."""
-
-    return [
-        Choice(key=DEFAULT, label=DEFAULT_MODEL_NAME, source=None, causal=False),
-        Choice(
-            key=DECODER,
-            label=BUNDLED_NAMES[DECODER],
-            source=DECODER,
-            causal=True,
-            missing=smollm2_missing(),
-        ),
-        Choice(
-            key=TINY,
-            label=BUNDLED_NAMES[TINY],
-            source=TINY,
-            causal=True,
-        ),
-    ]
+    return [entry_for(None), entry_for(DECODER, smollm2_missing()), entry_for(TINY)]
 
 
 class Shelf:
@@ -95,12 +86,9 @@ class Shelf:
 
     def add(self, source: str) -> str:
         """Offer ``source`` too (a folder, a ``.gguf`` file, a cached name); its key."""
-        name = resolve(source)
-        if name.key not in self.choices:
-            self.choices[name.key] = Choice(
-                key=name.key, label=name.display, source=name.source, causal=name.causal
-            )
-        return name.key
+        entry = entry_for(source)
+        self.choices.setdefault(entry.key, entry)
+        return entry.key
 
     def key(self, name: str | None) -> str:
         """The shelf's key for a picker key, a bundled name, or ``None`` (the default)."""
@@ -141,8 +129,6 @@ class Shelf:
                 f"{lm.name} is an encoder-decoder: the explorer shows models with one stack of "
                 "layers (`headlab heads TEXT --target TEXT` shows its three head sets)"
             )
-        if choice.causal is None and lm.causal:  # a decoder folder: again, with its head
-            lm = load(choice.source, device=self.device, with_lm_head=True)
         return lm
 
     def describe(self) -> list[dict[str, Any]]:

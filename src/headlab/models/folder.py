@@ -17,6 +17,7 @@ from headlab.models.names import (
     DEFAULT_MODEL_NAME,
     bundled_model_path,
     default_model_path,
+    resolve,
 )
 
 
@@ -114,12 +115,15 @@ def locate(
     notify: Callable[[str], None] | None = None,
 ) -> tuple[Path, str]:
     """The folder ``load`` reads ``path`` from, and the model's display name: the default
-    model's package, a ``.gguf`` file's converted folder, a bundled model, a cached Hub name's
+    model's package (for any of its names, :func:`headlab.models.names.resolve`), a ``.gguf``
+    file's converted folder, a bundled model, a cached Hub name's
     snapshot, or the folder itself.
 
     Raises:
         ModelLoadError: ``revision`` given for anything but a cached model name.
     """
+    if path is not None and resolve(path).source is None:  # the default model by another name
+        path = None
     folder = default_model_path() if path is None else Path(path)
     name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
     if path is not None and gguf.is_gguf_path(path):

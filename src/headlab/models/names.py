@@ -27,7 +27,7 @@ from headlab.errors import ModelLoadError
 from headlab.layout import read_config
 from headlab.layout import resolve as layout_config
 from headlab.layout.sheet import NamedConfig
-from headlab.models import gguf
+from headlab.models import gguf, hub
 from headlab.models.gguf import folder_for
 
 #: the default encoder's key, display name, and the other names it goes by
@@ -60,8 +60,8 @@ class ModelName:
         key: one key per model: a bundled model's key, else the source as given.
         source: what :func:`headlab.models.load` takes (``None``: the default model).
         display: the name shown for it before it is loaded.
-        causal: whether it generates text with a language-model head; ``None`` when that cannot
-            be told without loading it (a cached Hugging Face name, an unreadable config).
+        causal: whether it generates text with a language-model head, from its config.json (a
+            Hugging Face name's in the local cache); ``None`` for a name not in the cache.
         bundled: one of the models loadable by name.
     """
 
@@ -74,7 +74,7 @@ class ModelName:
 
 def resolve(source: str | Path | None) -> ModelName:
     """What ``source`` names (see the module's list); nothing is loaded or converted."""
-    if source is None or str(source) in _DEFAULT_NAMES:
+    if source is None or (str(source) in _DEFAULT_NAMES and not Path(str(source)).exists()):
         return ModelName(
             key=DEFAULT, source=None, display=DEFAULT_MODEL_NAME, causal=False, bundled=True
         )
@@ -93,11 +93,12 @@ def resolve(source: str | Path | None) -> ModelName:
         return ModelName(
             key=DEFAULT, source=None, display=DEFAULT_MODEL_NAME, causal=False, bundled=True
         )
-    display = folder.resolve().name if folder.exists() else text
-    return ModelName(
-        key=text, source=text, display=display or text, causal=_config_causal(folder),
-        bundled=False,
-    )  # fmt: skip
+    causal: bool | None
+    if folder.exists():
+        display, causal = folder.resolve().name or text, _config_causal(folder)
+    else:
+        display, causal = text, _cached_causal(text)
+    return ModelName(key=text, source=text, display=display, causal=causal, bundled=False)
 
 
 def is_default_folder(path: Path) -> bool:
@@ -109,12 +110,20 @@ def is_default_folder(path: Path) -> bool:
         return False
 
 
-def _config_causal(folder: Path) -> bool | None:
-    """Whether a folder's config.json names a causal LM architecture: ``None`` when there is no
-    such folder (a cached name), ``False`` when its config cannot be read (loading it says
-    what is wrong)."""
-    if not folder.exists():
+def _cached_causal(name: str) -> bool | None:
+    """Whether Hugging Face model ``name`` is causal, by its config.json in the local cache
+    (``None``: not a name, or not in the cache; loading it says what is wrong)."""
+    if not hub.looks_like_repo_id(name):
         return None
+    try:
+        return _config_causal(hub.resolve_cached(name))
+    except ModelLoadError:
+        return None
+
+
+def _config_causal(folder: Path) -> bool:
+    """Whether a folder's config.json names a causal LM architecture (``False`` when its config
+    cannot be read: loading it says what is wrong)."""
     try:
         data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         architectures = data.get("architectures") or []

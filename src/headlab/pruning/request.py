@@ -45,8 +45,8 @@ def check_request(options: PruneOptions, *, curve: bool, figure: bool) -> None:
 
 def wants_lm_head(options: PruneOptions, model: str | None) -> bool | None:
     """Whether ``model`` loads with its language-model head: for perplexity and IOI (the
-    default of causal models is perplexity) when it is a causal language model with one;
-    ``None`` when only the loaded model can tell (a cached model name)."""
+    default of causal models is perplexity) when it is a causal language model with one, as
+    the catalogue tells before loading (``None``: a name not in the local cache)."""
 
     if options.metric not in (None, "perplexity", "ioi") or model is None:
         return False
@@ -67,8 +67,6 @@ def ready_model(
 
     wanted = wants_lm_head(options, model)
     lm = load(bool(wanted))
-    if wanted is None and lm.causal:  # a cached model name: a decoder is scored with its head
-        lm = load(True)
     if is_encoder_decoder(lm):
         if options.out is not None:
             raise PruningError(

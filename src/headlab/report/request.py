@@ -12,12 +12,15 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
+from headlab.models.names import resolve
+from headlab.models.seq2seq import text_side
 from headlab.outputs import check_output, write_text_atomic
 from headlab.progress import Progress
 from headlab.report import KIND
@@ -25,6 +28,7 @@ from headlab.report.build import (
     Built,
     ReportInputs,
     build_report,
+    causal_prune_options,
     check_focus_word,
     default_folder,
     measure_mode,
@@ -73,6 +77,22 @@ class ReportRequest:
     def measure(self) -> str:
         """What :func:`~headlab.report.build.build_report` measures (:func:`measure_mode`)."""
         return measure_mode(full=self.full, prune=self.prune, roles_only=self.roles_only)
+
+    def ready_model(self, load: Callable[[bool], LoadedModel]) -> tuple[LoadedModel, Any]:
+        """The model to measure, loaded by ``load(with_lm_head)`` once (an encoder-decoder's
+        encoder, as roles measure it), with its language-model head when ``prune`` measures a
+        decoder's perplexity (the catalogue tells before loading); and the options of that
+        perplexity curve, checked on the text before any measurement (else ``None``).
+
+        Raises:
+            InputError: the perplexity text cannot be read or cut into windows.
+        """
+        head = self.prune and bool(resolve(self.model).causal)
+        lm = text_side(load(head))
+        if self.prune and lm.causal and not head:  # only the loaded model could tell
+            lm = text_side(load(True))
+        options = causal_prune_options(lm, self.text) if self.prune and lm.causal else None
+        return lm, options
 
     def viewer(self, causal: bool) -> tuple[list[str], str]:
         """The viewer's sentences and the word it opens on, for a causal model or an encoder,

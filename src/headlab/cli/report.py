@@ -127,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
     gold = read_gold_of(args)
     lm, prune_options = request.ready_model(lambda head: load_model(args, with_lm_head=head))
     native_note("headlab report")
-    request.viewer(lm.causal)  # its word checked, now that the model's sentences are known
     with progress_for(args, "headlab report") as progress:
         built = build_requested(
             request, lm, gold, inputs, prune_options=prune_options, progress=progress

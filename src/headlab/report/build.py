@@ -252,9 +252,8 @@ def build_report(
     """
 
     check_models(inputs, lm.name)
-    if sentences is None:
-        sentences, word = viewer_sentences(lm.causal, word=word)
-    word = word or (DECODER_FOCUS if lm.causal else LESSON_WORD)
+    default_sentences, default_word = viewer_sentences(lm.causal, word=word)
+    sentences, word = sentences or default_sentences, word or default_word
     shown = [*sentences]
     shown += [" ".join(s.words) for s in gold.treebank.sentences if 6 <= len(s.words) <= 25][
         :TREEBANK_SENTENCES

@@ -140,8 +140,13 @@ def build_requested(
     progress: Progress | None = None,
 ) -> Built:
     """:func:`~headlab.report.build.build_report` as ``request`` asks: into its folder, with
-    its viewer sentences and word, its resamples and what it measures."""
-    sentences, word = viewer_sentences(lm.causal, list(request.sentence), request.word)
+    its viewer sentences and word (checked first, now that the model's sentences are known),
+    its resamples and what it measures.
+
+    Raises:
+        InputError: the viewer's word is in none of its sentences; what the build raises.
+    """
+    sentences, word = request.viewer(lm.causal)
     return build_report(
         lm,
         gold,

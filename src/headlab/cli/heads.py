@@ -159,15 +159,14 @@ def run(args: argparse.Namespace) -> int:
 
 def run_trace(args: argparse.Namespace) -> int:
     """``--trace``: the parse first (quick errors), then the model, the table, the trace."""
-    from headlab.models.seq2seq import is_encoder_decoder, text_encoder
+    from headlab.models.seq2seq import text_side
     from headlab.roles.trace import MEASURING, relation_table, sentence_to_trace, trace_word
 
     sentence, word = sentence_to_trace(
         args.text, args.word, conllu=args.conllu, sentence_id=args.sentence_id, spacy=args.spacy
     )
-    lm = load_model(args)
-    if is_encoder_decoder(lm):  # the parse is of the source sentence: the encoder's heads
-        lm = text_encoder(lm, why="--trace follows a text's parse")
+    # the parse is of the source sentence: an encoder-decoder's encoder heads
+    lm = text_side(load_model(args), why="--trace follows a text's parse")
     if args.roles is None:
         note("headlab heads", MEASURING, kind="")
     relations, source = relation_table(lm, args.roles)

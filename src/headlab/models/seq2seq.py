@@ -39,16 +39,18 @@ def reads_audio(lm: LoadedModel) -> bool:
     return getattr(lm.model, "main_input_name", "input_ids") == "input_features"
 
 
-def text_side(lm: LoadedModel) -> LoadedModel:
-    """What reads a text as one stack of layers: an encoder-decoder's encoder (roles, reports
-    and pruning measure it; a one-line error for Whisper, whose encoder hears audio), any other
-    model as it is."""
-    return text_encoder(lm) if is_encoder_decoder(lm) else lm
+#: why a text is needed, in the error for an encoder that hears audio
+TEXT_WHY = "roles, reports and pruning are measured on text"
 
 
-def text_encoder(
-    lm: LoadedModel, why: str = "roles, reports and pruning are measured on text"
-) -> LoadedModel:
+def text_side(lm: LoadedModel, why: str = TEXT_WHY) -> LoadedModel:
+    """What reads a text as one stack of layers: an encoder-decoder's encoder (roles, reports,
+    pruning and traces measure it; a one-line error for Whisper, whose encoder hears audio,
+    saying ``why`` text), any other model as it is."""
+    return text_encoder(lm, why) if is_encoder_decoder(lm) else lm
+
+
+def text_encoder(lm: LoadedModel, why: str = TEXT_WHY) -> LoadedModel:
     """The encoder of an encoder-decoder as a model of its own: its self-attention heads, run
     on text with no decoder input (the same weights: ablating here ablates the full model).
 

@@ -22,14 +22,12 @@ import torch
 from headlab.errors import InputError
 from headlab.explore.shelf import notebook_shelf
 from headlab.explore.table import default_word, head_rows
-from headlab.models.analysis import WordAttention, pattern_bytes, word_attention
+from headlab.models.analysis import WordAttention, word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import encode
+from headlab.models.sentence_view import sentence_json
 from headlab.page.explorer import notebook_html
 
-#: the page and the notebook view draw at most this many words, and tokens, of a sentence
-MAX_VIEW_WORDS = 80
-MAX_VIEW_TOKENS = 128
 #: what a view's weights are: the attention weights, or weighted by value norms
 WEIGHTINGS = ("attention", "norm")
 
@@ -120,55 +118,10 @@ class SentenceHeads:
         return {"model": self.model, "text": self.text, "word": word, "heads": rows}
 
     def to_json(self) -> dict[str, Any]:
-        """What the explorer's page draws (schema ``headlab.sentence/1``).
-
-        Patterns travel as base64 bytes, one string per layer, heads x rows x columns in that
-        order, each weight as ``round(255 * w)`` (a 1/255 step is finer than any colour or line
-        width on the page); at most :data:`MAX_VIEW_WORDS` words and :data:`MAX_VIEW_TOKENS`
-        tokens (``truncated`` says when the sentence had more).
-        """
-        align = self.attention.alignment
-        n_words = min(len(align.words), MAX_VIEW_WORDS)
-        n_tokens = min(len(self.tokens), MAX_VIEW_TOKENS)
-        layers = range(self.lm.n_layers)
-        token_special = [align.is_special[w] for w in align.token_to_word[:n_tokens]]
-        focus = align.word_index(self.word)
-        return {
-            "schema": "headlab.sentence/1",
-            "model": self.model,
-            "text": self.text,
-            "causal": self.causal,
-            "layers": self.lm.n_layers,
-            "heads_in_layer": list(self.heads_in_layer),
-            "words": list(align.words[:n_words]),
-            "special": list(align.is_special[:n_words]),
-            # the attention sink (a decoder's first word), shown apart in every view
-            "sink": -1
-            if self.attention.sink is None or self.attention.sink >= n_words
-            else self.attention.sink,
-            "tokens": list(self.tokens[:n_tokens]),
-            "token_special": token_special,
-            "word": self.word,
-            "focus": focus if focus < n_words else -1,
-            "truncated": {"words": len(align.words), "tokens": len(self.tokens)}
-            if n_words < len(align.words) or n_tokens < len(self.tokens)
-            else None,
-            "patterns": [pattern_bytes(self.attention.patterns[i], n_words) for i in layers],
-            "token_patterns": [
-                pattern_bytes(self.attention.token_patterns[i], n_tokens) for i in layers
-            ],
-            # the same weighted by value norms (Kobayashi et al. 2020), where they were measured
-            "norm_patterns": [
-                pattern_bytes(self.attention.norm_patterns[i], n_words) for i in layers
-            ]
-            if self.attention.norm_patterns
-            else None,
-            "norm_token_patterns": [
-                pattern_bytes(self.attention.norm_token_patterns[i], n_tokens) for i in layers
-            ]
-            if self.attention.norm_token_patterns
-            else None,
-        }
+        """What the explorer's page draws (schema ``headlab.sentence/1``): the one sentence
+        JSON of every page (:func:`~headlab.models.sentence_view.sentence_json`), with the
+        token-level patterns and those weighted by value norms."""
+        return sentence_json(self.lm, self.text, self.attention, tokens=self.tokens, word=self.word)
 
     def _repr_html_(self) -> str:
         """The grid and the pattern view as one self-contained block (Jupyter shows it)."""

@@ -64,3 +64,16 @@ def test_the_explorer_hands_the_panel_the_reports_keys() -> None:
     assert tuple(shown) == PANEL_KEYS
     assert shown["evidence"] == head["evidence"] and shown["scores"] == head["scores"]
     assert panel_head({"layer": 0, "head": 0, "role": "broad"})["stable"] is None
+
+
+def test_one_reader_of_a_sentence_for_the_report_and_the_explorer() -> None:
+    """draw.js's ``readSentence`` is the one reader of ``headlab.sentence/1``: the report and the
+    heads view decode patterns and word the notice of a long input only through it."""
+    assert _defined("readSentence") == ["draw.js"]
+    scripts = _scripts()
+    for name in ("report.js", "heads.js"):
+        assert re.search(r"\breadSentence\b", scripts[name]), name
+        assert "Long input" not in scripts[name], name  # the notice is the reader's
+        assert "decodeLayer(" not in scripts[name], name  # so are the bytes
+    notices = [f for f, text in scripts.items() if "Long input" in text]
+    assert notices == ["draw.js"], notices

@@ -143,18 +143,20 @@ def test_report_shows_pruning_and_experiment_results(tmp_path: Path) -> None:
 
 def test_long_sentences_are_cut_for_the_viewer_with_a_notice() -> None:
     from headlab.models import load
-    from headlab.report.data import MAX_VIEWER_WORDS, sentence_patterns
+    from headlab.models.sentence_view import MAX_VIEW_WORDS
+    from headlab.report.data import viewer_sentence
 
     text = " ".join(f"word{i}" for i in range(120)) + "."
-    s = sentence_patterns(load(), text)
-    assert s["truncated"] is True and s["total_words"] > MAX_VIEWER_WORDS
-    assert len(s["words"]) == MAX_VIEWER_WORDS
+    s = viewer_sentence(load(), text)
+    assert s["truncated"]["words"] > MAX_VIEW_WORDS
+    assert s["truncated"]["tokens"] is None  # the report's viewer draws no tokens
+    assert len(s["words"]) == MAX_VIEW_WORDS
     from headlab.models.analysis import pattern_from_bytes
 
-    first = pattern_from_bytes(s["patterns"][0], 0, MAX_VIEWER_WORDS)  # head 0, decoded
-    assert first.shape == (MAX_VIEWER_WORDS, MAX_VIEWER_WORDS)
+    first = pattern_from_bytes(s["patterns"][0], 0, MAX_VIEW_WORDS)  # head 0, decoded
+    assert first.shape == (MAX_VIEW_WORDS, MAX_VIEW_WORDS)
     rows = first.sum(-1)  # part of each word's attention: the rest goes to the words cut
-    assert (rows > 0).all() and (rows < 1 + MAX_VIEWER_WORDS / 255).all()
+    assert (rows > 0).all() and (rows < 1 + MAX_VIEW_WORDS / 255).all()
 
 
 def test_the_viewer_opens_on_the_chosen_occurrence() -> None:

@@ -9,8 +9,9 @@ from typing import Any
 
 from headlab.errors import InputError
 from headlab.layout.costs import compute_spec
-from headlab.models.analysis import pattern_bytes, word_attention
+from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
+from headlab.models.sentence_view import sentence_json
 from headlab.models.words import find_word
 from headlab.page.styles import role_styles
 from headlab.progress import Progress, stage
@@ -21,34 +22,16 @@ from headlab.roles.measure import RoleReport
 
 logger = logging.getLogger(__name__)
 
-#: viewers older than this report choke on long inputs; longer sentences are cut, with a notice
-MAX_VIEWER_WORDS = 80
 #: the spec's names of the model dtypes a KV cache is kept in
 _DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def sentence_patterns(lm: LoadedModel, text: str) -> dict[str, Any]:
-    """Word-level attention of every head for one sentence, rounded for the page.
-
-    Returns ``{"text", "words", "special", "truncated", "patterns": [layer]}``, each layer's
-    patterns in the explorer's encoding (:func:`~headlab.models.analysis.pattern_bytes`).
-    """
-    wa = word_attention(lm, text)
-    words = list(wa.alignment.words)
-    special = list(wa.alignment.is_special)
-    truncated = len(words) > MAX_VIEWER_WORDS
-    keep = min(len(words), MAX_VIEWER_WORDS)
-    patterns = [pattern_bytes(wa.patterns[layer], keep) for layer in range(lm.n_layers)]
-    return {
-        "text": text,
-        "words": words[:keep],
-        "special": special[:keep],
-        # the attention sink (a decoder's first word), left out of a head's strongest link
-        "sink": -1 if wa.sink is None or wa.sink >= keep else wa.sink,
-        "truncated": truncated,
-        "total_words": len(words),
-        "patterns": patterns,
-    }
+def viewer_sentence(lm: LoadedModel, text: str) -> dict[str, Any]:
+    """One sentence of the viewer: every head's word-level attention, in the one sentence JSON
+    of every page (:func:`~headlab.models.sentence_view.sentence_json`). Token-level patterns
+    and those weighted by value norms are left out (``None``): the viewer draws words only, and
+    they would make the page several times larger."""
+    return sentence_json(lm, text, word_attention(lm, text))
 
 
 def gather(
@@ -77,7 +60,7 @@ def gather(
     with stage(progress, "viewer patterns", len(sentences), "sentences") as report:
         for text in sentences:
             logger.info("patterns for %r", text[:40])
-            viewer.append(sentence_patterns(lm, text))
+            viewer.append(viewer_sentence(lm, text))
             report.advance()
     every = [e for e in (experiment, *experiments) if e is not None]
     roles_json = roles.to_json()

@@ -80,16 +80,19 @@ renderViewer();
 // from the IOI prompt's last "to" to "the", the word after the earlier "to" (induction-like)
 function focusHead(s, i) {
   let found = null;
-  s.patterns.forEach((layer, l) => layer.forEach((p, h) => {
-    for (let j = 0; j < i - 1; j++) {
-      if (setApart(s, i, j)) continue;  // grid.js's one rule: special tokens and the sink
-      if (found === null || p[i][j] > found[2]) found = [l, h, p[i][j]];
+  s.data.heads_in_layer.forEach((n, l) => {  // the sentence's own heads
+    for (let h = 0; h < n; h++) {
+      const p = s.pattern(l, h);
+      for (let j = 0; j < i - 1; j++) {
+        if (setApart(s.side, i, j)) continue;  // grid.js's one rule: special tokens and the sink
+        if (found === null || p[i][j] > found[2]) found = [l, h, p[i][j]];
+      }
     }
-  }));
+  });
   return found;
 }
 const opened = causal && data.focus.index > 0
-  ? focusHead(data.sentences[data.focus.sentence], data.focus.index) : null;
+  ? focusHead(sentences[data.focus.sentence], data.focus.index) : null;
 if (opened) {
   selectHead(opened[0], opened[1]);
 } else {

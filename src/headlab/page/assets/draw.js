@@ -32,6 +32,41 @@ function headMatrix(bytes, head, n) {
   }
   return rows;
 }
+// The one reader of a sentence (headlab.sentence/1, headlab.models.sentence_view.sentence_json)
+// for the report, the explorer and the notebook: `side` its words ({words, special, sink}: the
+// sink by grid.js's rule), `tokenSide` its tokens (null where they were left out, as in the
+// report), `pattern(layer, head, tokens, norm)` one head's weights p[query][key] (decoded once,
+// kept), `hasNorms` whether weights x value norm came too, and `notice` the one notice of a long
+// input ("" for none).
+function readSentence(d) {
+  const sets = {
+    words: d.patterns.map(decodeLayer),
+    tokens: d.token_patterns ? d.token_patterns.map(decodeLayer) : null,
+    normWords: d.norm_patterns ? d.norm_patterns.map(decodeLayer) : null,
+    normTokens: d.norm_token_patterns ? d.norm_token_patterns.map(decodeLayer) : null,
+  };
+  const hasNorms = !!(sets.normWords && sets.normTokens);
+  const kept = new Map();
+  function pattern(layer, head, tokens, norm) {
+    const key = [layer, head, !!tokens, !!(norm && hasNorms)].join(",");
+    if (!kept.has(key)) {
+      const set = norm && hasNorms ? (tokens ? sets.normTokens : sets.normWords)
+        : (tokens ? sets.tokens : sets.words);
+      kept.set(key, headMatrix(set[layer], head, tokens ? d.tokens.length : d.words.length));
+    }
+    return kept.get(key);
+  }
+  const cut = d.truncated;
+  return {
+    data: d,
+    side: { words: d.words, special: d.special, sink: sinkOf(d) },
+    tokenSide: d.tokens ? { words: d.tokens, special: d.token_special } : null,
+    hasNorms: hasNorms,
+    pattern: pattern,
+    notice: cut ? "Long input: showing the first " + d.words.length + " of " + cut.words + " words" +
+      (d.tokens ? " and " + d.tokens.length + " of " + cut.tokens + " tokens" : "") + "." : "",
+  };
+}
 function fmt(v, digits) {
   return v === null || v === undefined ? "\u2013" : Number(v).toFixed(digits === undefined ? 3 : digits);
 }

@@ -1,9 +1,9 @@
-// One sentence's heads (the JSON of headlab.explore.sentence.SentenceHeads.to_json): the
-// layer x head grid for a chosen word, and the chosen head's pattern, for that word (lines
-// between words) and token to token (a heatmap). Used by the live explorer and the notebook
-// view; the drawing itself is draw.js's, the grid of heads grid.js's (the report's grid too).
-// Everything lives under `root`: no ids, so several views can share a page (a notebook's
-// outputs).
+// One sentence's heads (headlab.sentence/1: headlab.models.sentence_view.sentence_json, read by
+// draw.js's readSentence, as the report reads it): the layer x head grid for a chosen word, and
+// the chosen head's pattern, for that word (lines between words) and token to token (a
+// heatmap). Used by the live explorer and the notebook view; the drawing itself is draw.js's,
+// the grid of heads grid.js's (the report's grid too). Everything lives under
+// `root`: no ids, so several views can share a page (a notebook's outputs).
 
 function shortWord(w) { return w.length > 7 ? w.slice(0, 6) + "\u2026" : w; }
 
@@ -13,7 +13,7 @@ function shortWord(w) { return w.length > 7 ? w.slice(0, 6) + "\u2026" : w; }
 // instead of selecting the head clicked; onWord(index) after a word is chosen
 function headsView(root, opts) {
   opts = opts || {};
-  const view = { data: null, layer: 0, head: 0, word: -1, words: [], tokens: [], weighting: "attention", norms: null };
+  const view = { data: null, sentence: null, layer: 0, head: 0, word: -1, weighting: "attention" };
   const grid = el("div", { class: "hl-grid" });
   const note = el("p", { class: "hl-note" });
   const title = el("h3", { class: "hl-title" });
@@ -38,10 +38,9 @@ function headsView(root, opts) {
   weightingBox.appendChild(weighting);
   root.replaceChildren(grid, note, weightingBox, title, panels);
 
+  // draw.js's reader of the sentence: the raw weights, or weighted by value norms
   function mat(layer, head, tokens) {
-    const n = tokens ? view.data.tokens.length : view.data.words.length;
-    const set = view.weighting === "norm" && view.norms ? view.norms : view;
-    return headMatrix((tokens ? set.tokens : set.words)[layer], head, n);
+    return view.sentence.pattern(layer, head, tokens, view.weighting === "norm");
   }
   view.pattern = (layer, head, tokens) => mat(layer, head, tokens);
 
@@ -50,7 +49,7 @@ function headsView(root, opts) {
     const d = view.data;
     b.style.background = "rgba(31,95,191,0.08)";
     if (view.word < 0) return;
-    const p = mat(l, h, false), side = { words: d.words, special: d.special, sink: d.sink };
+    const p = mat(l, h, false), side = view.sentence.side;
     const best = topKey(side, p, view.word, false);
     const apart = topKey(side, p, view.word, true);
     const w = best[0] >= 0 ? best[1] : 0;
@@ -82,21 +81,18 @@ function headsView(root, opts) {
     const d = view.data;
     title.textContent = "Layer " + view.layer + ", head " + view.head +
       (view.word >= 0 ? ": where \u201c" + d.words[view.word] + "\u201d attends" : "");
-    const side = { words: d.words, special: d.special };
-    lines.replaceChildren(drawLines(side, [{ p: mat(view.layer, view.head, false), colour: "#1f5fbf" }], {
+    lines.replaceChildren(drawLines(view.sentence.side, [{ p: mat(view.layer, view.head, false), colour: "#1f5fbf" }], {
       word: view.word, causal: d.causal, onWord: (i) => view.choose(i),
     }));
-    const tokens = { words: d.tokens, special: d.token_special };
-    heat.replaceChildren(drawHeatmap(tokens, [{ p: mat(view.layer, view.head, true) }], { word: -1, causal: d.causal }));
+    heat.replaceChildren(drawHeatmap(view.sentence.tokenSide, [{ p: mat(view.layer, view.head, true) }], { word: -1, causal: d.causal }));
     root.setAttribute("data-weighting", view.weighting);
     root.setAttribute("data-layer", view.layer);
     root.setAttribute("data-head", view.head);
   }
 
   function drawNote() {
-    const d = view.data, cut = d.truncated;
-    note.textContent = (cut ? "Long input: showing the first " + d.words.length + " of " + cut.words +
-      " words and " + d.tokens.length + " of " + cut.tokens + " tokens. " : "") +
+    const d = view.data, cut = view.sentence.notice;
+    note.textContent = (cut ? cut + " " : "") +
       (view.word >= 0 ? "Each cell is one head, showing the word \u201c" + d.words[view.word] +
         "\u201d attends to most, darker for more weight; special tokens" +
         (sinkOf(d) >= 0 ? " and the sink \u201c" + d.words[sinkOf(d)] + "\u201d (a decoder's first word, where heads park what they do not use)" : "") +
@@ -113,13 +109,10 @@ function headsView(root, opts) {
   };
   view.show = function (data) {
     view.data = data;
-    view.words = data.patterns.map(decodeLayer);
-    view.tokens = data.token_patterns.map(decodeLayer);
-    view.norms = data.norm_patterns && data.norm_token_patterns
-      ? { words: data.norm_patterns.map(decodeLayer), tokens: data.norm_token_patterns.map(decodeLayer) } : null;
-    if (!view.norms) view.weighting = "attention";
+    view.sentence = readSentence(data);
+    if (!view.sentence.hasNorms) view.weighting = "attention";
     weighting.value = view.weighting;
-    weightingBox.hidden = !view.norms;
+    weightingBox.hidden = !view.sentence.hasNorms;
     view.word = data.focus;
     if (view.layer >= data.layers) view.layer = 0;
     if (view.head >= data.heads_in_layer[view.layer]) view.head = 0;
@@ -128,6 +121,7 @@ function headsView(root, opts) {
   // nothing shown: after an error, no grid of the sentence before stays under the new text
   view.clear = function () {
     view.data = null;
+    view.sentence = null;
     view.word = -1;
     [grid, note, title, lines, heat].forEach((part) => part.replaceChildren());
     weightingBox.hidden = true;
@@ -141,7 +135,7 @@ function headsView(root, opts) {
     if (opts.onSelect) opts.onSelect(layer, head);
   };
   view.weigh = function (kind) {
-    view.weighting = kind === "norm" && view.norms ? "norm" : "attention";
+    view.weighting = kind === "norm" && view.sentence && view.sentence.hasNorms ? "norm" : "attention";
     weighting.value = view.weighting;
     view.render();
     if (opts.onWeighting) opts.onWeighting(view.weighting);

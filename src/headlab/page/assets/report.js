@@ -3,16 +3,9 @@
 // tables.js and decoder.js are parts of one function (headlab.page.html joins them): they share
 // its names.
 const data = JSON.parse(document.getElementById("headlab-data").textContent);
-// each sentence's layers arrive as bytes (draw.js's decodeLayer): decoded once into
-// [layer][head][row][column] weights
-data.sentences.forEach((s) => {
-  const n = s.words.length;
-  s.patterns = s.patterns.map((b64) => {
-    const bytes = decodeLayer(b64);
-    const heads = n ? bytes.length / (n * n) : 0;
-    return Array.from({ length: heads }, (_, h) => headMatrix(bytes, h, n));
-  });
-});
+// each sentence is the explorer's (headlab.sentence/1), read by draw.js's one reader: its words
+// (and sink), each head's weights p[query][key] and the notice of a long input
+const sentences = data.sentences.map(readSentence);
 // each role's colour and letter come with the data, so a role headlab adds shows up here too
 const COLOURS = {}, LETTERS = {};
 Object.entries(data.role_style).forEach(([r, s]) => { COLOURS[r] = s.colour; LETTERS[r] = s.letter; });
@@ -70,12 +63,12 @@ gridBox.appendChild(headGrid(layerHeads, {
 // grid.js's evidence panel of a head, with where the viewer's word attends in its sentence
 // and the head's strongest link in each sentence of the page
 function showDetails(layer, head) {
-  const s = data.sentences[state.sentence];
-  const word = state.word >= 0 && state.word < s.words.length
-    ? { side: s, row: s.patterns[layer][head][state.word], index: state.word } : null;
+  const s = sentences[state.sentence];
+  const word = state.word >= 0 && state.word < s.side.words.length
+    ? { side: s.side, row: s.pattern(layer, head)[state.word], index: state.word } : null;
   document.getElementById("details").replaceChildren(...headPanel(layer, head, headInfo(layer, head), {
     word: word,
-    examples: data.sentences.map((x) => ({ side: x, p: x.patterns[layer][head], text: x.text })),
+    examples: sentences.map((x) => ({ side: x.side, p: x.pattern(layer, head), text: x.data.text })),
   }));
 }
 
@@ -117,21 +110,21 @@ function headColour(h) { return hueColour(h, data.heads); }
 // the viewer's drawings come from draw.js, with the viewer's state
 function renderLines(s, heads) {
   const mats = heads.map((h) => ({
-    p: s.patterns[state.layer][h], colour: heads.length > 1 ? headColour(h) : "#1f5fbf",
+    p: s.pattern(state.layer, h), colour: heads.length > 1 ? headColour(h) : "#1f5fbf",
   }));
-  return drawLines(s, mats, {
+  return drawLines(s.side, mats, {
     word: state.word, causal: causal,
     onWord: (i) => { state.word = state.word === i ? -1 : i; renderViewer(); },
   });
 }
 
 function renderHeatmap(s, heads) {
-  const mats = heads.map((h) => ({ p: s.patterns[state.layer][h], label: "head " + h }));
-  return drawHeatmap(s, mats, { word: state.word, causal: causal });
+  const mats = heads.map((h) => ({ p: s.pattern(state.layer, h), label: "head " + h }));
+  return drawHeatmap(s.side, mats, { word: state.word, causal: causal });
 }
 
 function renderViewer() {
-  const s = data.sentences[state.sentence];
+  const s = sentences[state.sentence];
   sentenceSel.value = String(state.sentence);
   layerSel.value = String(state.layer);
   headSel.value = String(state.head);
@@ -149,13 +142,11 @@ function renderViewer() {
   }
   view.setAttribute("data-layer", state.layer);
   view.setAttribute("data-head", state.head);
-  document.getElementById("notice").textContent = s.truncated
-    ? "Long input: showing the first " + s.words.length + " of " + s.total_words + " words."
-    : "";
-  const w = state.word >= 0 ? s.words[state.word] : null;
+  document.getElementById("notice").textContent = s.notice;
+  const w = state.word >= 0 ? s.side.words[state.word] : null;
   document.getElementById("focus-note").textContent = state.mode !== "lines"
     ? (state.head === "all"
-      ? "Each row is one head of layer " + state.layer + ": where \u201c" + (w || s.words[0]) +
+      ? "Each row is one head of layer " + state.layer + ": where \u201c" + (w || s.side.words[0]) +
         "\u201d sends its attention, one column per word"
       : "Each row is an attending word, each column a word it attends to, in layer " +
         state.layer + ", head " + state.head) +

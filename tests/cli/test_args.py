@@ -22,6 +22,8 @@ from headlab.cli._args import integer, listed, share
         (["heads", "--patch", "1,-2"], "--patch", "got -2"),
         (["prune", "--recover-at", "0.5,1"], "--recover-at", "got '1'"),
         (["circuit", "--sizes", "10,-1"], "--sizes", "got -1"),
+        (["circuit", "--sizes", "10,,20"], "--sizes", "got '10,,20'"),
+        (["experiment", "cost", "--heads", "4,"], "--heads", "got '4,'"),
         (["circuit", "--target", "0"], "--target", "got '0'"),
         (["circuit", "--target", "nan"], "--target", "got 'nan'"),
     ],

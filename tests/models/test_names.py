@@ -101,3 +101,21 @@ def test_a_cached_hub_name_is_causal_by_its_cached_config(tmp_path: Path, monkey
     assert resolve("org/decoder").causal is True
     assert resolve("org/encoder").causal is False
     assert resolve("org/absent").causal is None
+
+
+def test_spec_reads_the_default_model_by_every_name(capsys) -> None:
+    from headlab.cli import main
+
+    shown = []
+    for name in ("minilm", "all-MiniLM-L6-v2"):
+        assert main(["spec", name, "--json"]) == 0
+        shown.append(json.loads(capsys.readouterr().out))
+    assert shown[0] == shown[1] and shown[0]["model"] == DEFAULT_MODEL_NAME
+
+
+def test_circuit_refuses_an_encoder_before_loading_it(capsys) -> None:
+    from headlab.cli import main
+
+    assert main(["circuit", "--model", "minilm"]) == 1
+    err = capsys.readouterr().err
+    assert "not a causal language model" in err and len(err.strip().splitlines()) == 1

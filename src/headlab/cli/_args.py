@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -97,9 +98,9 @@ def listed(
     commas"``, ``"10,100,1000"``)."""
 
     def parse(value: str) -> tuple[T, ...]:
-        parts = [p for p in value.replace(" ", ",").split(",") if p]
+        parts = re.split(r"\s*,\s*|\s+", value.strip())
         expected = f"expected {what}, like {example}"
-        if not parts or (count is not None and len(parts) != count):
+        if "" in parts or (count is not None and len(parts) != count):
             raise argparse.ArgumentTypeError(f"{expected}, got {value!r}")
         try:
             return tuple(one(p) for p in parts)

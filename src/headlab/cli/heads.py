@@ -167,7 +167,7 @@ def run_trace(args: argparse.Namespace) -> int:
     )
     # the parse is of the source sentence: an encoder-decoder's encoder heads
     lm = text_side(load_model(args), why="--trace follows a text's parse")
-    if args.roles is None:
+    if args.roles is None and not args.quiet:  # a stage line, as progress is
         note("headlab heads", MEASURING, kind="")
     relations, source = relation_table(lm, args.roles)
     trace = trace_word(lm, sentence, word, relations, k=args.top, table_source=source)

@@ -17,7 +17,7 @@ from typing import Any
 from headlab.causal.generators import builtin_prompts
 from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task
-from headlab.causal.request import check_outputs
+from headlab.causal.request import check_model, check_outputs
 from headlab.causal.tasks import encode_task, read_prompts
 from headlab.errors import DataFormatError, InputError
 from headlab.experiments.circuit import find_circuit
@@ -94,6 +94,7 @@ class CircuitRequest:
                 "prompts it was not found on"
             )
 
+        check_model(self.model)  # an encoder has no next-token logits to find a circuit of
         if self.roles:
             read_roles_json(self.roles)
         for given in (self.prompts, self.eval_prompts):

@@ -194,7 +194,8 @@ def default_model_path() -> Path:
 def config_of(name: str) -> tuple[str, dict[str, Any]]:
     """A display name and config for a catalog name, a config.json or folder, ``smollm2`` (the
     bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
-
+    if resolve(name).source is None and not Path(name).exists():  # the default, by another name
+        name = DEFAULT_MODEL_NAME
     if name != DECODER and not gguf.is_gguf_path(name):
         label, config = layout_config(name)
         if Path(name).exists() and is_default_folder(Path(name)):

@@ -382,3 +382,25 @@ def test_minilm_lesson_trace_names_the_heads_eager_attention_names(
         return
     assert main(["heads", "--trace", "--spacy", "--roles", str(roles), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["arcs"] == out["arcs"]
+
+
+def test_a_decoder_cannot_see_later_dependents_and_draws_no_verdict(tmp_path: Path) -> None:
+    """A causal model's word attends to earlier words only: a later dependent gets weight 0
+    from every head and the verdict 'unseen', never 'agree' by ties at zero."""
+    from headlab.roles.trace import choose_sentence
+
+    lm = load(build("gpt2", tmp_path / "gpt2", seed=4))
+    assert lm.causal
+    (tmp_path / "one.conllu").write_text(CONLLU, encoding="utf-8")
+    sentence = choose_sentence(tmp_path / "one.conllu", None)
+    table = [_row("nsubj", 1, 2), _row("obj", 0, 3), _row("advmod", 1, 0), _row("obl", 0, 1)]
+    trace = trace_word(lm, sentence, "cooked", table, k=3)
+    seen = {a.dependent: a.unseen for a in trace.arcs}
+    assert seen == {"Yesterday": False, "chef": False, "fish": True, "slowly": True, ".": True}
+    for arc in trace.arcs:
+        if arc.unseen:
+            assert arc.verdict == "unseen" and all(h.weight == 0.0 for h in arc.top)
+            assert arc.to_json()["verdict"] == "unseen"
+        else:
+            assert arc.verdict in ("agree", "disagree", "no gold row")
+            assert sum(h.weight for h in arc.top) > 0

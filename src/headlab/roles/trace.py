@@ -77,6 +77,8 @@ class ArcTrace:
         gold_target: where the gold head's attention argmax goes in this sentence (self and
             special tokens excluded, as the relation table counts); ``gold_hit``: whether that
             is this dependent (what the table counts as a hit).
+        unseen: the dependent comes after the word in a causal model, whose word cannot attend
+            to a later one: every head's weight to it is 0 and no verdict is drawn.
     """
 
     relation: str
@@ -89,11 +91,15 @@ class ArcTrace:
     gold_rank: int | None
     gold_target: str | None
     gold_hit: bool | None
+    unseen: bool = False
 
     @property
     def verdict(self) -> str:
         """``agree`` when the table's head is among the top ``k`` here, ``disagree`` when it is
-        not, ``no gold row`` when the table has no row for the relation."""
+        not, ``no gold row`` when the table has no row for the relation, ``unseen`` when the
+        word cannot attend to the dependent (a later word, in a causal model)."""
+        if self.unseen:
+            return "unseen"
         if self.gold_rank is None:
             return "no gold row"
         return "agree" if self.gold_rank <= len(self.top) else "disagree"
@@ -121,6 +127,7 @@ class ArcTrace:
                 "attends_most_to": self.gold_target,
                 "hit": self.gold_hit,
             },
+            "unseen": self.unseen,
             "verdict": self.verdict,
         }
 
@@ -241,6 +248,7 @@ def trace_word(
                 gold_rank=gold_rank,
                 gold_target=gold_target,
                 gold_hit=gold_hit,
+                unseen=lm.causal and plain[dep] > source,
             )
         )
     return SentenceTrace(

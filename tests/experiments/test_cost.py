@@ -5,6 +5,9 @@ and figure. No timing assertions: speed is measured, not tested."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from headlab.attention import MultiHeadAttention
 from headlab.errors import ConfigError
 from headlab.experiments.cost import (
     CostOptions,
+    _without_profiler_log,
     count_params,
     flops_by_part,
     loop_over_heads,
@@ -189,3 +193,31 @@ def test_cli_model_takes_its_width_and_adds_its_head_count(
     assert [r["heads"] for r in data["rows"]] == [1, 4, 6, 16]
     assert main(["experiment", "cost", "--model", str(config), "--width", "64"]) == 1
     assert "not both" in capsys.readouterr().err
+
+
+def test_the_reports_cost_stage_writes_only_headlabs_lines_to_stderr() -> None:
+    """The cost stage of ``headlab report`` (``CostOptions.quick``, measured as the report
+    measures it, in a fresh process where the profiler's C++ log is set up at torch's import)
+    leaves nothing on stderr but headlab's own lines: torch 2.13's profiler wrote two
+    ``USDT: ... profiler_start/stop`` lines per measured call, 54 in all."""
+    script = (
+        "from headlab.experiments.cost import CostOptions, run_cost\n"
+        "from headlab.progress import PlainProgress\n"
+        "import sys\n"
+        "run_cost(CostOptions.quick(rounds=2), progress=PlainProgress('headlab report', sys.stderr))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    lines = done.stderr.splitlines()
+    assert lines, "the stage reports its progress"
+    assert [line for line in lines if not line.startswith("headlab report")] == []
+
+
+def test_profiler_quieting_passes_other_stderr_lines_on(capfd: pytest.CaptureFixture[str]) -> None:
+    """What is written to stderr while the profiler starts or stops, other than its own log
+    lines, still reaches stderr."""
+    with _without_profiler_log():
+        os.write(2, b"USDT:2026-12-07 16:34:04 6757:6757 SyncActivityProfilerHandler.cpp:52] x\n")
+        os.write(2, b"a warning worth seeing\n")
+    assert capfd.readouterr().err == "a warning worth seeing\n"

@@ -42,7 +42,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, Path]:
     argv += ["--figure", str(tmp / "circuit.png")]
     roles = tmp / "roles.json"  # headlab roles' verdicts, evidence beside the prompts' attention
     heads = [{"layer": 0, "head": h, "role": r} for h, r in ((1, "induction"), (2, "unclassified"))]
-    roles.write_text(json.dumps({"schema": "headlab.roles/1", "model": "llama", "heads": heads}))
+    roles.write_text(json.dumps({"schema": "headlab.roles/2", "model": "llama", "heads": heads}))
     argv += ["--roles", str(roles)]
     import contextlib
     import io
@@ -351,7 +351,7 @@ def test_roles_of_another_layout_are_refused(tmp_path: Path) -> None:
     from headlab.experiments.head_classes import roles_by_head
 
     def run_of(heads: list, layout: list[int] | None = None) -> dict:
-        data = {"schema": "headlab.roles/1", "model": "m", "heads": heads}
+        data = {"schema": "headlab.roles/2", "model": "m", "heads": heads}
         return data if layout is None else {**data, "heads_in_layer": layout}
 
     ok = [{"layer": 1, "head": 3, "role": "induction"}, {"layer": 0, "head": 0, "role": "broad"}]

@@ -444,3 +444,88 @@ def test_poisson_bootstrap_replicate_zero_is_the_plain_sum() -> None:
     assert abs(float(total[1:, 0].mean()) - 30.0) < 8
     again = Sums(n_items=6, replicates=50, seed=3)
     assert torch.equal(again.weights, sums.weights)
+
+
+def _sink_loops(p: np.ndarray, a, cls_token: str | None) -> dict[str, float]:
+    """The sink and delimiter sums of one head, as loops: rows after the first position that
+    are real words; the sink's parts ([CLS], other specials, a first position that is a word)
+    and punctuation after the first position."""
+    out = dict.fromkeys(delimiter.PARTS, 0.0)
+    for t in range(1, a.n_tokens):
+        if a.is_special[a.token_to_word[t]]:
+            continue
+        for s in range(t + 1 if causal_rows(p) else a.n_tokens):
+            w = a.token_to_word[s]
+            if a.is_special[w]:
+                out["cls" if a.words[w] == cls_token else "sep"] += p[t, s]
+            elif s == 0:
+                out["first"] += p[t, s]
+            elif is_punctuation(a.words[w]):
+                out["punct"] += p[t, s]
+    return out
+
+
+def causal_rows(p: np.ndarray) -> bool:
+    return bool(np.allclose(np.triu(p, 1), 0.0))
+
+
+@pytest.mark.parametrize("bos", [False, True])
+def test_sink_and_delimiter_on_a_decoder_match_loops(tokenizer, bos: bool) -> None:
+    """A decoder's batch: without a BOS its first word is the sink (its own row, which sees
+    only itself, is left out) and a leading quote there is not punctuation; with a BOS (a
+    special first token) the BOS is the sink. Sums against loops; the scores' sink is the
+    three parts together and "delimiter" is punctuation alone."""
+    sentences = [['"', "Yes", ",", "she", "said", '"', "."], ["It", "rains", "(", "again", ")"]]
+    alignments = [align(tokenizer, words=w) for w in sentences]
+    if not bos:  # the tiny tokenizer adds [CLS]/[SEP]: drop them, as a decoder's has none
+        alignments = [_without_specials(a) for a in alignments]
+    t = max(a.n_tokens for a in alignments)
+    gen = torch.Generator().manual_seed(7)
+    pattern = torch.zeros(len(alignments), 3, t, t)
+    for b, a in enumerate(alignments):
+        n = a.n_tokens
+        logits = torch.randn(3, n, n, generator=gen) * 2
+        logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
+        pattern[b, :, :n, :n] = torch.softmax(logits, -1)
+    geo = build_geometry(alignments, t, tokenizer, causal=True)
+    dl = delimiter.collect(pattern, geo)
+    cls_token = tokenizer.cls_token
+    for b, a in enumerate(alignments):
+        for h in range(3):
+            want = _sink_loops(pattern[b, h].double().numpy(), a, cls_token)
+            for part in delimiter.PARTS:
+                assert dl[f"delimiter.{part}"][b, h] == pytest.approx(want[part], abs=1e-5)
+    if not bos:
+        assert float(dl["delimiter.first"].sum()) > 0.0  # the first word takes the sink's part
+    rows = delimiter.count(geo)
+    items = list(range(len(alignments)))
+    sums = Sums(len(items), 0, 0)
+    sums.add("delimiter.queries", items, rows)
+    for name, value in dl.items():
+        sums.add(name, items, value[:, None, :])  # (B, L=1, H)
+    sc = delimiter.scores(sums)
+    total = sum(dl[f"delimiter.{p}"] for p in delimiter.SINK_PARTS).sum(0)  # (H,)
+    n_rows = float(rows.sum())
+    assert n_rows == sum(
+        1 for a in alignments for t in range(1, a.n_tokens) if not a.is_special[a.token_to_word[t]]
+    )
+    for h in range(3):
+        assert float(sc["sink"][0, 0, h]) == pytest.approx(float(total[h]) / n_rows, abs=1e-6)
+        punct = float(dl["delimiter.punct"].sum(0)[h]) / n_rows
+        assert float(sc["delimiter"][0, 0, h]) == pytest.approx(punct, abs=1e-6)
+
+
+def _without_specials(a):
+    """An alignment with its special words ([CLS], [SEP]) removed, as a decoder's without BOS."""
+    from dataclasses import replace
+
+    keep = [w for w in range(len(a.words)) if not a.is_special[w]]
+    index = {w: i for i, w in enumerate(keep)}
+    tokens = [index[w] for w in a.token_to_word if w in index]
+    return replace(
+        a,
+        words=tuple(a.words[w] for w in keep),
+        is_special=tuple(False for _ in keep),
+        token_to_word=tuple(tokens),
+        word_spans=tuple(a.word_spans[w] for w in keep),
+    )

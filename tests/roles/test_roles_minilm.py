@@ -159,7 +159,7 @@ def test_roles_match_an_eager_oracle(minilm, eager) -> None:
 def test_default_roles_command_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["roles", "--limit", "60", "--replicates", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["model"] == "all-MiniLM-L6-v2" and out["schema"] == "headlab.roles/1"
+    assert out["model"] == "all-MiniLM-L6-v2" and out["schema"] == "headlab.roles/2"
     assert len(out["heads"]) == 72
     assert [(h["layer"], h["head"]) for h in out["heads"][:13]] == [
         *((0, h) for h in range(12)),

@@ -94,7 +94,7 @@ def test_roles_text_shows_the_grid_the_evidence_and_the_data() -> None:
     grid, evidence, relations = tables
     assert grid.columns == ("layer", "0", "1")
     assert grid.rows == (("0", "P", "S"), ("1", "·", "B"))
-    assert "tiny: dominant role" in (grid.title or "") and "bootstrap" in (grid.title or "")
+    assert "tiny: primary role" in (grid.title or "") and "bootstrap" in (grid.title or "")
     assert "P positional" in (grid.caption or "") and "pruned" not in (grid.caption or "")
     assert "heads per role: positional 1, syntactic 1, broad 1, unclassified 1" in lines
     assert "1 of 4 heads keep their role in fewer than 80% of 10 bootstrap resamples" in lines[1]

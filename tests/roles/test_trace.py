@@ -112,7 +112,7 @@ def _roles_json(path: Path, model: str, rows: list[RelationRow], layout: list[in
     path.write_text(
         json.dumps(
             {
-                "schema": "headlab.roles/1",
+                "schema": "headlab.roles/2",
                 "model": model,
                 "heads_in_layer": layout,
                 "relations": [vars(r) for r in rows],

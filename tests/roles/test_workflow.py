@@ -51,7 +51,7 @@ def test_a_kept_run_is_what_the_explorer_shows(
 ) -> None:
     monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path))
     run = {
-        "schema": "headlab.roles/1",
+        "schema": "headlab.roles/2",
         "model": "org/some-model",
         "heads_in_layer": [2],
         "heads": [{"layer": 0, "head": h, "role": "broad", "score": 0.5} for h in range(2)],
@@ -72,3 +72,18 @@ def test_an_unwritable_cache_costs_a_note_not_the_run(
     monkeypatch.setenv("HEADLAB_CACHE", str(blocker))
     note = keep_roles({"model": "m", "heads": []})
     assert note is not None and "cannot keep this run for headlab serve" in note
+
+
+def test_a_run_of_the_older_schema_is_refused_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached run of headlab.roles/1 (whose "delimiter" counted the sink) is not shown as if
+    it meant today's roles: the explorer says why, in one line."""
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path))
+    path = cached_roles_path("org/some-model")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"schema": "headlab.roles/1", "model": "org/some-model"}))
+    shown = RoleSources().for_model("org/some-model", [2])
+    assert shown["source"] is None and shown["heads"] == []
+    assert "older headlab" in shown["note"] and "sink" in shown["note"]
+    assert "\n" not in shown["note"]

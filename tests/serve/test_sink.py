@@ -92,3 +92,21 @@ def test_the_grid_names_other_words_and_marks_where_the_sink_takes_most(heads, b
     assert "to \u201cThe\u201d" in (cells.first.get_attribute("title") or "")
     assert page.errors == []
     page.close()
+
+
+def test_every_row_gives_the_heads_share_to_the_sink(heads) -> None:
+    """``sink_share`` in every row of ``headlab heads --json``, as ``headlab roles`` counts the
+    sink: a decoder without a BOS its first word, an encoder its [CLS] and [SEP]; from the
+    word pattern the page draws."""
+    last = len(heads.words) - 1
+    for row in heads.table()["heads"]:
+        pattern = heads.pattern(row["layer"], row["head"])[last]
+        assert row["sink_share"] == pytest.approx(float(pattern[0]) + row["special"], abs=2e-4)
+    minilm = headlab.capture("minilm", "The chef prepared the fish.")
+    words = minilm.attention.alignment
+    special = [j for j, s in enumerate(words.is_special) if s]
+    assert [words.words[j] for j in special] == ["[CLS]", "[SEP]"]
+    chef = words.word_index("chef")
+    for row in minilm.table(word="chef")["heads"]:
+        pattern = minilm.pattern(row["layer"], row["head"])[chef]
+        assert row["sink_share"] == pytest.approx(sum(float(pattern[j]) for j in special), abs=2e-4)

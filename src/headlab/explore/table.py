@@ -112,18 +112,28 @@ def head_rows(
 ) -> list[dict[str, Any]]:
     """One row per head of the shown layers (``at``, as :func:`each_head`): ``word``'s ``top``
     words with their weights, and apart from them its share to special tokens and, in a causal
-    model, to the attention sink (``sink``: its word and weight, :func:`~headlab.models.analysis.sink_index`)."""
+    model without a BOS, to its first word (``sink``: its word and weight,
+    :func:`~headlab.models.analysis.sink_index`); ``sink_share``: the two together, the share
+    of its attention on the attention sink as ``headlab roles`` measures it ([CLS], [SEP], BOS,
+    EOS, the first position)."""
     if top < 1:
         raise InputError(f"top must be at least 1, got {top}")
-    return [
-        {
-            **row,
-            "top": [{"word": w, "weight": round(x, 4)} for w, x in wa.top(layer, head, word, top)],
-            "special": round(wa.special_mass(layer, head, word), 4),
-            **_sink(wa, layer, head, word),
-        }
-        for layer, head, row in each_head(lm, at, heads)
-    ]
+    rows = []
+    for layer, head, row in each_head(lm, at, heads):
+        special = wa.special_mass(layer, head, word)
+        sink = _sink(wa, layer, head, word)
+        rows.append(
+            {
+                **row,
+                "top": [
+                    {"word": w, "weight": round(x, 4)} for w, x in wa.top(layer, head, word, top)
+                ],
+                "special": round(special, 4),
+                **sink,
+                "sink_share": round(special + (sink["sink"]["weight"] if sink else 0.0), 4),
+            }
+        )
+    return rows
 
 
 def _sink(wa: WordAttention, layer: int, head: int, word: str) -> dict[str, Any]:

@@ -8,16 +8,17 @@ from headlab.roles.classify import LETTERS
 #: a role's colour (Tableau 10); unclassified heads stay white
 ROLE_COLOURS = {
     "positional": "#4e79a7",
-    "delimiter": "#bab0ac",
+    "delimiter": "#76b7b2",
     "rare-token": "#edc948",
     "syntactic": "#59a14f",
     "coreference": "#e15759",
     "broad": "#f28e2b",
+    "sink": "#d7d3cf",
     "induction": "#b07aa1",
     "unclassified": "#ffffff",
 }
 #: colours for roles the table above does not know yet, handed out in the roles' order
-SPARE_COLOURS = ("#76b7b2", "#ff9da7", "#9c755f", "#17becf", "#8c564b", "#bcbd22", "#7f7f7f")
+SPARE_COLOURS = ("#ff9da7", "#9c755f", "#17becf", "#8c564b", "#bcbd22", "#7f7f7f")
 
 
 def role_styles(roles: list[str]) -> dict[str, dict[str, str]]:

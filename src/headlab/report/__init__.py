@@ -15,6 +15,7 @@ from typing import Any
 
 from headlab.causal.figure import write_circuit, write_heatmap
 from headlab.causal.patching import PatchingResult
+from headlab.experiments.agreement import TASK_ROLES, induction_agreement
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DEFAULT_MODEL_NAME
 from headlab.outputs import atomic_folder, check_output
@@ -88,7 +89,7 @@ def write_report(
         made = [
             (
                 figures.role_grid(data, fig_dir / "role_grid.png"),
-                "Dominant role of every head (letters faint where the role is unstable)",
+                "Primary role of every head (letters faint where the role is unstable)",
             )
         ]
         report.advance()
@@ -123,7 +124,7 @@ def write_report(
             )
             report.advance()
         if patching:
-            made.append(_patching_figure(patching, fig_dir / "patching.png"))
+            made.append(_patching_figure(patching, fig_dir / "patching.png", roles))
             report.advance()
         if circuit:
             made.append(_circuit_figure(circuit, fig_dir / "circuit.png"))
@@ -184,9 +185,11 @@ def _circuit_figure(circuit: dict[str, Any], path: Path) -> tuple[Path, str]:
     return write_circuit(circuit, path), caption
 
 
-def _patching_figure(patching: dict[str, Any], path: Path) -> tuple[Path, str]:
+def _patching_figure(patching: dict[str, Any], path: Path, roles: RoleReport) -> tuple[Path, str]:
     """The heatmap of a ``headlab patch --json`` result and its caption: which heads carry
-    the behaviour, the strongest by name with their signed effects."""
+    the behaviour, the strongest by name with their signed effects; on a task a role names
+    (induction), the roles checked against it, every disagreement said
+    (:mod:`headlab.experiments.agreement`)."""
 
     result = PatchingResult.from_json(patching)
     top = ", ".join(f"{layer}.{head} ({value:+.2f})" for layer, head, value in result.top(6))
@@ -196,4 +199,20 @@ def _patching_figure(patching: dict[str, Any], path: Path) -> tuple[Path, str]:
         f"{result.corrupt:.2f} corrupt). Effect: the share of the logit difference a head's "
         f"corrupted output removes (red carries it, blue works against it). Strongest: {top}"
     )
-    return write_heatmap(result, path), caption
+    return write_heatmap(result, path), caption + agreement_text(roles, result)
+
+
+def agreement_text(roles: RoleReport, result: PatchingResult) -> str:
+    """What the patching figure's caption adds on a task a role names: the heads both call
+    the role's, then each disagreement as "looks like X, acts like Y"; nothing otherwise."""
+    if result.task not in TASK_ROLES or result.component != "z":
+        return ""
+    agreement = induction_agreement(roles.to_json(), result)
+    both = [f"{h.layer}.{h.head}" for h in agreement.heads if h.verdict == "agree"]
+    text = (
+        f". Roles against patching (a head acts with an effect of at least {agreement.acts}): "
+        f"{len(both)} {agreement.role} head(s) both name ({', '.join(both) or 'none'})"
+    )
+    for h in agreement.disagreements():
+        text += f"; {h.layer}.{h.head} ({h.effect:+.2f}) {h.verdict}"
+    return text + "."

@@ -29,7 +29,15 @@ REPEAT_PROMPT = (
     "Alice keeps a red kite and Bob keeps a blue boat."
 )
 #: roles every model is probed for; any other role in a roles result is a decoder's
-ENCODER_ROLES = ("positional", "delimiter", "rare-token", "syntactic", "coreference", "broad")
+ENCODER_ROLES = (
+    "positional",
+    "delimiter",
+    "rare-token",
+    "syntactic",
+    "coreference",
+    "broad",
+    "sink",
+)
 #: a score that is not a role but belongs with the decoder roles when the result has it
 EXTRA_SCORES = ("copying",)
 #: heads listed per decoder role, best first

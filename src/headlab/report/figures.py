@@ -21,7 +21,7 @@ def _plt() -> Any:
 
 
 def role_grid(data: dict[str, Any], path: Path) -> Path:
-    """Layers x heads, coloured by dominant role, stability as the letter's opacity."""
+    """Layers x heads, coloured by primary role, stability as the letter's opacity."""
     plt = _plt()
     from matplotlib.patches import Patch
 
@@ -41,7 +41,7 @@ def role_grid(data: dict[str, Any], path: Path) -> Path:
     ax.set_yticks([i + 0.5 for i in range(n_layers)], [str(i) for i in range(n_layers)])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(f"{data['model']}: dominant role of each head (faint letter = unstable)")
+    ax.set_title(f"{data['model']}: primary role of each head (faint letter = unstable)")
     present = [r for r in styles if roles["role_counts"].get(r)]
     ax.legend(
         handles=[

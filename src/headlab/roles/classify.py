@@ -1,13 +1,20 @@
-"""From scores to roles: each head's dominant role, or "unclassified".
+"""From scores to roles: each head's primary role, or "unclassified".
 
 A role is open to a head when its score clears the role's bar: the literature's threshold
-(positional 0.9, delimiter 0.5, rare-token 0.5, broad 0.78 of the largest entropy; on causal
-models induction 0.3, previous-token 0.5, duplicate-token 0.3) or, for syntactic and
+(positional 0.9, delimiter 0.5, rare-token 0.5, broad 0.78 of the largest entropy, sink 0.5; on
+causal models induction 0.3, previous-token 0.5, duplicate-token 0.3) or, for syntactic and
 coreference heads, the best baseline plus a margin (10 points) *and* a significant difference
-on the same arcs (exact McNemar test, Benjamini-Hochberg q < 0.05). Among the open roles the
-dominant one is the one that clears its bar by the largest share of the room left above it,
-``(score - bar) / (1 - bar)``. A head that clears no bar is "unclassified": an honest answer
-for most heads, not a failure.
+on the same arcs (exact McNemar test, Benjamini-Hochberg q < 0.05).
+
+The primary role, by one rule: among the open roles, the one whose score clears its bar by the
+largest share of the room left above it, ``(score - bar) / (1 - bar)`` (the bar of a tested
+role is its baseline plus the margin, so the margin over the baseline counts too); the order of
+:data:`ROLES` never decides. The sink role is the exception: it is the primary role only of a
+head that clears no other bar (Clark et al.'s no-op heads), since parking attention on the sink
+is what a head does with the attention it does not use, not what it does: a head with strong
+prefix matching is an induction head even where it sinks most of its attention on prose. Every
+role a head clears stays listed (``HeadRole.roles``). A head that clears no bar is
+"unclassified": an honest answer for most heads, not a failure.
 """
 
 from __future__ import annotations
@@ -25,12 +32,15 @@ ROLES = (
     "syntactic",
     "coreference",
     "broad",
+    "sink",
     "induction",
     "previous-token",
     "duplicate-token",
 )
 #: roles measured on causal models only (an induction pass over repeated sequences)
 CAUSAL_ROLES = ("induction", "previous-token", "duplicate-token")
+#: roles primary only where a head clears no other bar: attention parked on the sink
+FALLBACK_ROLES = ("sink",)
 UNCLASSIFIED = "unclassified"
 LETTERS = {
     "positional": "P",
@@ -39,6 +49,7 @@ LETTERS = {
     "syntactic": "S",
     "coreference": "C",
     "broad": "B",
+    "sink": "K",
     "induction": "I",
     "previous-token": "T",
     "duplicate-token": "U",
@@ -56,6 +67,9 @@ class Thresholds:
     syntactic_margin: float = 0.10
     coreference_margin: float = 0.10
     broad: float = BROAD_RATIO
+    #: mean share of attention on the sink ([CLS], [SEP], BOS, EOS, the first position): more
+    #: than half, as Clark et al. (2019) counted BERT's heads on [SEP]
+    sink: float = 0.5
     induction: float = 0.3
     #: mean weight on the previous token: most of the head's weight (docs/roles.md)
     previous_token: float = 0.5
@@ -92,10 +106,21 @@ class RoleEvidence:
         return torch.stack(rows)
 
     def dominant(self) -> torch.Tensor:
-        """``(R+1, L, H)`` role index into ``ROLES``; ``len(ROLES)`` means unclassified."""
+        """``(R+1, L, H)`` the primary role's index into ``ROLES`` (the module's rule: the
+        largest excess, a fallback role only where no other role is open); ``len(ROLES)``
+        means unclassified."""
         excess = self.excess()
-        best, where = excess.max(0)
-        return torch.where(torch.isfinite(best), where, torch.full_like(where, len(ROLES)))
+        fallback = torch.tensor([r in FALLBACK_ROLES for r in ROLES])
+        shape = (len(ROLES),) + (1,) * (excess.dim() - 1)
+        first = excess.masked_fill(fallback.view(shape), -torch.inf)
+        best, where = first.max(0)
+        last_best, last_where = excess.masked_fill(~fallback.view(shape), -torch.inf).max(0)
+        unclassified = torch.full_like(where, len(ROLES))
+        return torch.where(
+            torch.isfinite(best),
+            where,
+            torch.where(torch.isfinite(last_best), last_where, unclassified),
+        )
 
 
 def role_name(index: int) -> str:

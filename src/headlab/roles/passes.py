@@ -182,6 +182,7 @@ class TreebankBlocks(_Follows):
             self.base_to_dep = base_to_dep.to(device)
         idx = batch.indices
         sums.add("queries", idx, geo.query.sum(1).float())
+        sums.add("delimiter.queries", idx, delimiter.count(geo))
         # a causal row sees no later token: the positional offsets are -3..0, on the rows that
         # see all four (the first rows' argmax would be at 0 or -1 for want of other keys)
         self.positional_geo = geo
@@ -201,7 +202,7 @@ class TreebankBlocks(_Follows):
         cols = [delimiter.columns(geo)]
         if self.dense_words:
             cols.append(geo.to_words)
-        self._columns = torch.cat(cols, dim=-1)  # (B, T, 3 [+ W])
+        self._columns = torch.cat(cols, dim=-1)  # (B, T, 4 [+ W])
         self._words: WordArgmaxStream | None = None  # long inputs
         self._word_buffer: torch.Tensor | None = None  # its scratch, kept from layer to layer
         self._token_cols: torch.Tensor | None = None  # short inputs: (B, T, H, W)
@@ -230,7 +231,7 @@ class TreebankBlocks(_Follows):
             mixed = weights @ self._columns[:, None, : weights.shape[-1]]
         parts = (  # weights (B, H, t, s)
             positional.collect(weights, self.positional_geo, start, top=top),
-            delimiter.collect(weights, geo, start, mass=mixed[..., :3]),
+            delimiter.collect(weights, geo, start, mass=mixed[..., : delimiter.N_COLUMNS]),
             broad.collect(weights, geo, start, entropy=entropy),
         )
         for part in parts:
@@ -241,7 +242,9 @@ class TreebankBlocks(_Follows):
             if self._token_cols is None or self._token_cols.shape[2] != n_heads:
                 n_tok, n_words = self._owners.shape[2], self._owners.shape[1]
                 self._token_cols = weights.new_empty(n_batch, n_tok, n_heads, n_words)
-            self._token_cols[:, start : start + n_rows] = mixed[..., 3:].transpose(1, 2)
+            self._token_cols[:, start : start + n_rows] = mixed[
+                ..., delimiter.N_COLUMNS :
+            ].transpose(1, 2)
         else:
             if self._words is None:
                 self._words = WordArgmaxStream(geo, weights.shape[1], buffer=self._word_buffer)

@@ -15,8 +15,11 @@ from headlab.errors import DataFormatError, InputError
 from headlab.roles.classify import LETTERS, ROLES, Thresholds
 from headlab.roles.probes.syntactic import RELATION_SET
 
-#: the JSON of ``headlab roles --json``: its schema, written and read here alone
-SCHEMA = "headlab.roles/1"
+#: the JSON of ``headlab roles --json``: its schema, written and read here alone. Version 2:
+#: the attention sink is its own score and role, and "delimiter" is punctuation alone
+SCHEMA = "headlab.roles/2"
+#: what the earlier schema was, and why it is not read
+_OLDER = {"headlab.roles/1": "delimiter then counted the attention sink ([CLS], [SEP], BOS)"}
 
 
 def read_roles_json(
@@ -27,7 +30,7 @@ def read_roles_json(
 
     Raises:
         InputError: the file cannot be read.
-        DataFormatError: not JSON, or not the ``headlab.roles/1`` schema.
+        DataFormatError: not JSON, or not the :data:`SCHEMA` (an older one says so).
     """
     path = Path(path)
     try:
@@ -36,6 +39,11 @@ def read_roles_json(
         raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataFormatError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("schema") in _OLDER:
+        raise DataFormatError(
+            f"{path}: made by an older headlab ({data['schema']}: {_OLDER[data['schema']]}); "
+            "measure it again with `headlab roles --json`"
+        )
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise DataFormatError(f"{path}: expected the JSON of `headlab roles --json` ({SCHEMA})")
     if heads and (
@@ -147,7 +155,7 @@ class RoleReport:
         return self.heads[sum(counts[:layer]) + head]
 
     def role_counts(self) -> dict[str, int]:
-        """How many heads have each dominant role (unclassified included)."""
+        """How many heads have each primary role (unclassified included)."""
         counts = Counter(h.role for h in self.heads)
         return {role: counts.get(role, 0) for role in (*ROLES, "unclassified")}
 
@@ -159,7 +167,7 @@ class RoleReport:
         ]
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON form (schema ``headlab.roles/1``; 0-based layer and head)."""
+        """The stable JSON form (schema :data:`SCHEMA`; 0-based layer and head)."""
         return {
             "schema": SCHEMA,
             "model": self.model,

@@ -165,6 +165,7 @@ def evidence(
     fixed("delimiter", "delimiter", thresholds.delimiter)
     fixed("rare-token", "rare-token", thresholds.rare_token)
     fixed("broad", "broad", thresholds.broad)
+    fixed("sink", "sink", thresholds.sink)
     baseline["rare-token"] = scores["rare_chance"]
     score["syntactic"] = acc
     baseline["syntactic"] = base
@@ -223,14 +224,19 @@ def _number(v: float) -> float | None:
     return None if math.isnan(v) else v
 
 
+#: what a sink head's detail names, by the part of the sink with most of its attention
+SINK_LABELS = {"cls": "[CLS]", "sep": "[SEP]/BOS/EOS", "first": "the first token"}
+
 #: the scores a head's result lists, each of every head
 SCORE_NAMES = (
     "positional",
     "previous",
     "next",
     "delimiter",
+    "sink",
     "cls",
     "sep",
+    "first",
     "punct",
     "rare-token",
     "syntactic",
@@ -324,7 +330,12 @@ def head_role(
     (``fold_rows`` of ``dominant``) and across bootstrap resamples (``bootstrap_rows``)."""
     measured = role_name(int(dominant[0, layer, h]))
     cleared = [(float(excess[i, layer, h]), r) for i, r in enumerate(ROLES)]
-    passing = tuple(r for margin, r in sorted(cleared, reverse=True) if math.isfinite(margin))
+    # every role the head clears: the primary one first, then by how far each clears its bar
+    passing = tuple(
+        r
+        for margin, r in sorted(cleared, key=lambda c: (c[1] == measured, c[0]), reverse=True)
+        if math.isfinite(margin)
+    )
 
     def share(rows: slice | torch.Tensor) -> float | None:
         same = dominant[rows, layer, h] == dominant[0, layer, h]
@@ -360,10 +371,10 @@ def head_role(
     elif measured == "coreference":
         proof = _coreference_proof(value, scores, (layer, h), score, baseline, bootstrap_rows)
     elif measured == "delimiter":
-        parts = {p: value(p) or 0.0 for p in ("cls", "sep", "punct")}
-        detail = {"cls": "[CLS]", "sep": "[SEP]/EOS", "punct": "punctuation"}[
-            max(parts, key=lambda p: parts[p])
-        ]
+        detail = "punctuation"
+    elif measured == "sink":
+        parts = {p: value(p) or 0.0 for p in delimiter.SINK_PARTS}
+        detail = SINK_LABELS[max(parts, key=lambda p: parts[p])]
     elif measured == "broad":
         detail = f"{value('entropy') or 0.0:.2f} nats"
     elif measured == "induction" and value("copying") is not None:

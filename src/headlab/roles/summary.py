@@ -30,7 +30,7 @@ def pct(v: float | None, interval: Any = None) -> str:
 
 
 def roles_text(report: RoleReport) -> list[Part]:
-    """What ``headlab roles`` prints: the grid of each head's dominant role, the heads per
+    """What ``headlab roles`` prints: the grid of each head's primary role, the heads per
     role, how stable the roles are, the evidence of syntactic and coreference heads, the best
     head per syntactic relation against the best fixed offset, the coreference head, and the
     sentences and rows each data set gave."""
@@ -47,13 +47,21 @@ def roles_text(report: RoleReport) -> list[Part]:
         table(  # one letter under each head's number: left-justified is centred, up to 99 heads
             ("layer", *map(str, range(report.n_heads))),
             [(layer, *row) for layer, row in enumerate(rows)],
-            title=f"{report.model}: dominant role of each head ({stability} in the JSON/CSV)",
+            title=f"{report.model}: primary role of each head ({stability} in the JSON/CSV)",
             caption="  ".join(legend),
             right=(0,),
         ),
         "heads per role: " + ", ".join(f"{k} {v}" for k, v in report.role_counts().items() if v),
     ]
     n = len(report.heads)
+    sinking = [h for h in report.heads if "sink" in h.roles]
+    if sinking:
+        named = sum(1 for h in sinking if h.role not in ("sink", "unclassified"))
+        out.append(
+            f"{len(sinking)} of {n} heads put more than {report.thresholds.sink:.0%} of their "
+            "attention on the sink ([CLS], [SEP], BOS, the first token): a sink head where that "
+            f"is all they do, named by their other role where they clear another bar ({named})."
+        )
     if report.folds:
         unstable = sum(1 for h in report.heads if h.stable is False)
         out.append(

@@ -293,7 +293,7 @@ def read_relation_table(path: str | Path, lm: LoadedModel) -> list[RelationRow]:
 
     Raises:
         InputError: the file cannot be read.
-        DataFormatError: not the ``headlab.roles/1`` JSON, or a malformed relation row.
+        DataFormatError: not the ``headlab roles --json`` JSON, or a malformed relation row.
         InputError: measured on another model (name or head layout).
     """
     path = Path(path)

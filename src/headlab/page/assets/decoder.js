@@ -19,9 +19,9 @@ if (dec) {
     block.appendChild(title);
     block.appendChild(el("p", {}, r.clearing + " of " + roles.heads.length + " heads clear the bar" +
       (r.bar === null || r.bar === undefined ? "" : " of " + fmt(r.bar, 2)) + "; " + r.dominant +
-      (r.dominant === 1 ? " has it" : " have it") + " as dominant role (" + LETTERS[r.role] +
+      (r.dominant === 1 ? " has it" : " have it") + " as primary role (" + LETTERS[r.role] +
       " in the grid)."));
-    const t = table(["head", "score"].concat(extras, ["clears the bar", "dominant role"]), []);
+    const t = table(["head", "score"].concat(extras, ["clears the bar", "primary role"]), []);
     r.top.forEach((h) => {
       const info = headInfo(h.layer, h.head);
       const row = el("tr", { "data-layer": h.layer, "data-head": h.head, class: "pick" });

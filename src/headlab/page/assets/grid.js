@@ -184,6 +184,12 @@ function headPanel(layer, head, info, opts) {
       out.push(el("p", { class: "muted" }, "Measured role on all the data: " +
         info.measured_role + "; not replicated in enough folds, so shown unclassified."));
     }
+    const sink = info.scores ? info.scores.sink : null;
+    if (sink !== null && sink !== undefined) {
+      out.push(el("p", { class: "sink" }, "Attention to the sink ([CLS], [SEP], BOS or the first token, where a " +
+        "head parks what it does not use): " + fmt(100 * sink, 1) + "% of its weight" +
+        (info.role === "sink" ? ", and no other role's bar is cleared: a no-op head." : ".")));
+    }
     if (info.scores) out.push(table(["score", "value"], Object.entries(info.scores).map(([k, v]) => [k, fmt(v)])));
   } else if (opts.none) {
     out.push(el("p", { class: "muted" }, opts.none));

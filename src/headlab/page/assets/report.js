@@ -28,7 +28,7 @@ document.getElementById("summary").textContent =
     ? "[" + layerHeads.join(", ") + "] heads (pruned layer by layer)" : data.heads + " heads") +
   (causal && sp0.n_kv_heads < sp0.n_heads ? " sharing " + sp0.n_kv_heads + " KV heads (" +
     sp0.kind + ": " + sp0.group_size + " query heads per KV head)" : "") +
-  ". Heads per dominant role: " + counts +
+  ". Heads per primary role: " + counts +
   (roles.folds
     ? ". Stability is the share of " + roles.folds + " folds of documents that give a head " +
       "its role; " + (roles.unstable || 0) + " heads below " +

@@ -1,9 +1,11 @@
-"""``headlab circuit`` end to end on a tiny random Llama (GQA): the JSON a user reads, the page
-it draws (in Chromium), and bad input refused in one line before any model is loaded."""
+"""``headlab circuit`` end to end on a tiny random Llama (GQA), and on a post-norm Gemma 3: the
+JSON a user reads, the page it draws (in Chromium), and bad input refused in one line before
+any model is loaded."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -370,3 +372,21 @@ def test_the_help_says_the_library_default_of_steps() -> None:
     from headlab.cli import _causal
 
     assert _causal.IG_STEPS == IG_STEPS  # repeated in the CLI: --help imports no torch
+
+
+def test_a_post_norm_decoder_runs_end_to_end(tmp_path: Path, capsys) -> None:
+    """``headlab circuit`` on a tiny random Gemma 3 (norms on the sublayers' outputs, a norm
+    on each head's queries and keys, sliding-window layers), head classes measured: the whole
+    graph keeps all of the logit difference (float32)."""
+    folder = build("gemma3", tmp_path / "gemma3", lm_head=True, seed=5, random_gains=True)
+    graph = build_graph(load(folder, with_lm_head=True))
+    assert all(b.attention_out is not None for b in graph.blocks)
+    found, held = _jsonl(tmp_path / "f.jsonl", PROMPTS), _jsonl(tmp_path / "h.jsonl", HELD_OUT)
+    argv = ["--model", str(folder), "--prompts", str(found), "--eval-prompts", str(held)]
+    data, _ = _circuit([*argv, "--method", "eap-ig", "--steps", "2"], capsys)
+    assert data["edges_total"] == graph.n_edges
+    curve = data["curve"]
+    assert curve[-1]["edges"] == graph.n_edges
+    assert curve[-1]["faithfulness"] == pytest.approx(1.0, abs=1e-4)
+    assert all(math.isfinite(e["score"]) for e in data["edges"])
+    assert set(data["classes"]) <= set(CLASSES)

@@ -85,7 +85,7 @@ class DLAResult:
 
 
 def _candidates(norm: nn.Module) -> list[tuple[str, Callable[[torch.Tensor, torch.Tensor], Any]]]:
-    """The frozen-scale maps a final norm may be: ``f(v, x) -> (linear part of v, bias)`` with
+    """The frozen-scale maps a norm may be: ``f(v, x) -> (linear part of v, bias)`` with
     the scale taken from ``x`` (the rows the norm normalised)."""
     weight = getattr(norm, "weight", None)
     bias = getattr(norm, "bias", None)
@@ -117,16 +117,26 @@ def _candidates(norm: nn.Module) -> list[tuple[str, Callable[[torch.Tensor, torc
     return out
 
 
-def _recognise(norm: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[str, Callable[..., Any]]:
-    """The candidate that reproduces what the norm computed, ``y`` from ``x`` ``(R, E)``."""
+def recognise_norm(
+    norm: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    needs: str = "direct logit attribution needs the final norm",
+) -> tuple[str, Callable[..., Any]]:
+    """The candidate that reproduces what the norm computed, ``y`` from ``x`` ``(R, E)``:
+    its name and its frozen-scale map ``f(v, x) -> (linear part of v, bias or None)``.
+
+    Raises:
+        InputError: no candidate does; ``needs`` opens the message (who needs the norm).
+    """
     for name, fn in _candidates(norm):
         linear, bias = fn(x, x)
         got = linear if bias is None else linear + bias
         if torch.allclose(got, y, atol=1e-4 * (1.0 + float(y.abs().max())), rtol=1e-4):
             return name, fn
     raise InputError(
-        f"direct logit attribution needs the final norm to be a LayerNorm or an RMSNorm; "
-        f"{type(norm).__name__} computes something else"
+        f"{needs} to be a LayerNorm or an RMSNorm; {type(norm).__name__} computes something else"
     )
 
 
@@ -203,7 +213,7 @@ def direct_logit_attribution(
             rows = torch.arange(len(batch.index), device=logits.device)
             ld = logits[rows, batch.answer] - logits[rows, batch.distractor]  # (B,)
             x, y = kept["x"], kept["y"]
-            kind, frozen = _recognise(norm, x, y)
+            kind, frozen = recognise_norm(norm, x, y)
             direction = w_u[batch.answer] - w_u[batch.distractor]  # (B, E)
             total = torch.zeros_like(x)
             for layer in range(n_layers):

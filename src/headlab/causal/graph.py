@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from headlab.causal.dla import recognise_norm
+from headlab.causal.norms import recognise_norm
 from headlab.errors import InputError
 from headlab.models.discovery import dummy_inputs, is_conv1d
 from headlab.models.loading import LoadedModel

@@ -96,15 +96,20 @@ def _assert_both_ends(lm: LoadedModel) -> None:
         torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
 
 
-def test_a_post_norm_block_without_input_norms_is_exact_at_both_ends(tmp_path: Path) -> None:
-    """OLMo 2: the attention and the MLP read the residual as is, their outputs normalised;
-    EAP's scores are finite."""
-    folder = build("olmo2", tmp_path / "olmo2", lm_head=True, seed=3, random_gains=True)
+@pytest.mark.parametrize("family", ["gemma2", "olmo2"])
+def test_other_post_norm_blocks_are_exact_at_both_ends(family: str, tmp_path: Path) -> None:
+    """Gemma 2 (Gemma 3's block, attention scores soft-capped) and OLMo 2 (the attention and
+    the MLP read the residual as is, their outputs normalised); EAP's scores are finite."""
+    folder = build(
+        family, tmp_path / family, lm_head=True, seed=3, random_gains=True,
+        attn_implementation="eager",
+    )  # fmt: skip
     lm = load(folder, with_lm_head=True)
     lm.model.double()
     graph = build_graph(lm)
     for block in graph.blocks:
-        assert block.attention_norm is None and block.mlp_norm is None
+        assert block.attention_norm is getattr(block.layer, "input_layernorm", None)
+        assert block.mlp_norm is getattr(block.layer, "pre_feedforward_layernorm", None)
         assert block.attention_out is not None
         assert block.attention_out.module is block.layer.post_attention_layernorm
         assert block.mlp_out is block.layer.post_feedforward_layernorm

@@ -80,7 +80,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 
 #: post-norm ("sandwich") decoders, kept out of :data:`FAMILIES` (whose every family the model
 #: and pruning tests run): Gemma 3 with a query/key norm per head, two sliding-window layers
-#: then a global one; OLMo 2
+#: then a global one; Gemma 2; OLMo 2
 POST_NORM_FAMILIES: dict[str, dict[str, Any]] = {
     "gemma3": {
         "model_type": "gemma3_text",
@@ -93,6 +93,18 @@ POST_NORM_FAMILIES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 128,
         "sliding_window": 3,
         "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+    },
+    # Gemma 3's block without query/key norms, attention scores soft-capped
+    "gemma2": {
+        "model_type": "gemma2",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+        "sliding_window": 3,
     },
     # norms on the sublayers' outputs only; query and key norms across all heads
     "olmo2": {

@@ -195,10 +195,12 @@ def test_each_class_follows_its_stated_rule() -> None:
     }
 
 
-def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_name_copying_matches_an_eager_oracle(family: str, tmp_path: Path, monkeypatch) -> None:
     """Wang et al.'s copying score as headlab measures it: the head's value at the indirect
-    object through its output columns, the final norm's gain and the unembedding; the oracle
-    reads the value projection's output by hook on HF's own modules."""
+    object through its output columns, the final norm's gain and the unembedding (in Gemma
+    also the gain of the norm on the attention's output, and each gain is ``1 + g``); the
+    oracle reads the value projection's output by hook on HF's own modules."""
     import torch
 
     from headlab.causal.patching import as_task
@@ -208,7 +210,10 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
     # a random model ranks no name in its top 5 of 30,522: half the vocabulary makes it a coin
     monkeypatch.setattr(head_classes, "TOP_LOGITS", 15_000)
 
-    folder = build("llama", tmp_path / "m", lm_head=True, seed=5, attn_implementation="eager")
+    folder = build(
+        family, tmp_path / "m", lm_head=True, seed=5, attn_implementation="eager",
+        random_gains=True,
+    )  # fmt: skip
     lm = load(folder, with_lm_head=True)
     task = as_task(lm, PROMPTS)
     heads = [(layer, head) for layer in range(2) for head in range(4) if (layer, head) != (0, 1)]
@@ -234,7 +239,12 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
                 )
                 g = head // n_kv_group
                 v = seen["v"][b, io, g * d : (g + 1) * d]
-                out = attn.o_proj.weight[:, head * d : (head + 1) * d] @ v * model.model.norm.weight
+                out = attn.o_proj.weight[:, head * d : (head + 1) * d] @ v
+                if family == "gemma3":
+                    post = model.model.layers[layer].post_attention_layernorm
+                    out = out * (1 + post.weight) * (1 + model.model.norm.weight)
+                else:
+                    out = out * model.model.norm.weight
                 top = (model.lm_head.weight @ out).topk(15_000).indices
                 hits += int(int(batch.answer[b]) in top.tolist())
         hook.remove()

@@ -43,13 +43,14 @@ Shape vocabulary: ``S`` senders, ``R`` receivers, ``B`` prompts, ``T`` tokens, `
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from headlab.causal.norms import recognise_norm
+from headlab.causal.norms import gain, recognise_norm
 from headlab.errors import InputError
 from headlab.models.discovery import dummy_inputs, is_conv1d
 from headlab.models.loading import LoadedModel
@@ -78,6 +79,11 @@ class OutputNorm:
     def linear(self, v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """``v`` ``(..., B, T, E)`` through the norm at the scale of ``x`` ``(B, T, E)``."""
         return self.frozen(v, x)[0]
+
+    @property
+    def gain(self) -> torch.Tensor | None:
+        """``(E,)`` the per-feature gain (Gemma's ``1 + g``)."""
+        return gain(self.module, self.kind)
 
     @property
     def bias(self) -> torch.Tensor | None:
@@ -139,6 +145,8 @@ class Graph:
         sender_layer, receiver_layer: ``(S,)`` and ``(R,)`` layer of each (``-1`` for the
             embeddings, ``L`` for the logits).
         blocks: each layer's :class:`Block`; final_norm: the norm before the unembedding.
+        final_kind: its formula as recognised (``"rmsnorm"``, ``"rmsnorm (1 + g)"``,
+            ``"layernorm"``), ``None`` where it is none of these.
     """
 
     senders: tuple[str, ...]
@@ -148,6 +156,13 @@ class Graph:
     receiver_layer: torch.Tensor
     blocks: tuple[Block, ...]
     final_norm: nn.Module
+    final_kind: str | None = None
+
+    @property
+    def final_gain(self) -> torch.Tensor | None:
+        """``(E,)`` the final norm's per-feature gain (Gemma's ``1 + g``; its ``weight`` where
+        the formula was not recognised)."""
+        return gain(self.final_norm, self.final_kind or "")
 
     @property
     def n_edges(self) -> int:
@@ -320,7 +335,8 @@ def build_graph(lm: LoadedModel) -> Graph:
     if getattr(config, "use_parallel_residual", False) or getattr(config, "parallel_attn", False):
         raise _refuse(lm, "its attention and MLP run in parallel")
     layers = found[2]
-    watched = [m for block in layers for m in (block, *block.children())]
+    final = _final_norm(lm, layers)
+    watched = [final, *(m for block in layers for m in (block, *block.children()))]
     for layer in range(len(layers)):
         watched += [lm.layers[layer].out_proj]
         try:
@@ -329,6 +345,13 @@ def build_graph(lm: LoadedModel) -> Graph:
             raise _refuse(lm, str(e)) from None
     trace = _Trace(lm, watched)
     blocks = [_block(lm, layer, block, trace) for layer, block in enumerate(layers)]
+    final_kind = None
+    # a circuit reads the final norm as a module: its formula, when known, names only its gain
+    if id(final) in trace.inputs and id(final) in trace.outputs:
+        with suppress(InputError):
+            final_kind, _ = recognise_norm(
+                final, trace.inputs[id(final)].double(), trace.outputs[id(final)].double()
+            )
     del trace
     senders, sender_layer = ["embed"], [-1]
     receivers, receiver_layer = [], []
@@ -357,7 +380,8 @@ def build_graph(lm: LoadedModel) -> Graph:
         sender_layer=s_layer,
         receiver_layer=r_layer,
         blocks=tuple(blocks),
-        final_norm=_final_norm(lm, layers),
+        final_norm=final,
+        final_kind=final_kind,
     )
 
 

@@ -71,3 +71,13 @@ def recognise_norm(
     raise InputError(
         f"{needs} to be a LayerNorm or an RMSNorm; {type(norm).__name__} computes something else"
     )
+
+
+def gain(norm: nn.Module, kind: str) -> torch.Tensor | None:
+    """The per-feature gain ``(E,)`` of a norm whose formula is ``kind`` (as
+    :func:`recognise_norm` names it): its weight, or ``1 + weight`` for Gemma's RMSNorm;
+    ``None`` where it has no weight."""
+    weight = getattr(norm, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        return None
+    return 1.0 + weight.detach() if kind == "rmsnorm (1 + g)" else weight.detach()

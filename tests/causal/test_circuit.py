@@ -20,7 +20,8 @@ from headlab.models import load
 from headlab.models.loading import LoadedModel
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2"])  # llama: 4 query heads on 2 KV heads
+# llama: 4 query heads on 2 KV heads; gemma3: post-norm blocks, query/key norms, sliding windows
+@pytest.fixture(scope="module", params=["llama", "gpt2", "gemma3"])
 def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
     folder = build(
         request.param,
@@ -28,6 +29,7 @@ def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         lm_head=True,
         attn_implementation="eager",
         seed=3,
+        random_gains=request.param == "gemma3",  # Gemma's gains start at 0 in (1 + g)
     )
     lm = load(folder, with_lm_head=True)
     lm.model.double()
@@ -52,6 +54,71 @@ def test_the_graph_has_every_sender_receiver_and_edge(tiny: LoadedModel) -> None
     assert not graph.edges[graph.head_senders(1)[0], graph.receiver_range(1, "q").start]
 
 
+def test_each_block_is_found_by_what_feeds_what(tiny: LoadedModel) -> None:
+    """The norms a block reads and writes through, traced, are the family's own (in Gemma the
+    MLP reads ``pre_feedforward_layernorm``; ``post_attention_layernorm`` normalises the
+    attention's output)."""
+    graph = build_graph(tiny)
+    parts, final = _parts(tiny.model)
+    assert graph.final_norm is final
+    for block, (norm1, _, _, norm2, mlp, post1, post2) in zip(graph.blocks, parts, strict=True):
+        assert (block.attention_norm, block.mlp_norm, block.mlp) == (norm1, norm2, mlp)
+        assert block.mlp_out is post2
+        if post1 is None:
+            assert block.attention_out is None
+        else:
+            assert block.attention_out is not None and block.attention_out.module is post1
+            assert block.attention_out.kind == "rmsnorm (1 + g)"
+
+
+def test_the_full_graph_is_the_clean_model_and_the_empty_one_the_corrupted(
+    tiny: LoadedModel,
+) -> None:
+    """Every logit at every position, not only the metric: all edges kept is the clean run,
+    none the corrupted run (in post-norm blocks too, where each run's heads write through their
+    output norm at that run's own scale)."""
+    _assert_both_ends(tiny)
+
+
+def _assert_both_ends(lm: LoadedModel) -> None:
+    graph = build_graph(lm)
+    task, _ = _random_task(lm, 3, 9, seed=2)
+    batch = task.batches[0]
+    corrupt, _ = _record(lm, graph, batch, batch.corrupt)
+    with torch.inference_mode():
+        clean_logits = lm.model(input_ids=batch.clean).logits
+        corrupt_logits = lm.model(input_ids=batch.corrupt).logits
+    assert (clean_logits - corrupt_logits).abs().max() > 1e-2
+    for left_out, want in ((0.0, clean_logits), (1.0, corrupt_logits)):
+        w = torch.full(graph.edges.shape, left_out, dtype=torch.float64)
+        with torch.inference_mode(), EdgeRun(lm, graph, corrupt=corrupt.values, left_out=w):
+            got = lm.model(input_ids=batch.clean).logits
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["gemma2", "olmo2"])
+def test_other_post_norm_blocks_are_exact_at_both_ends(family: str, tmp_path: Path) -> None:
+    """Gemma 2 (Gemma 3's block, attention scores soft-capped) and OLMo 2 (the attention and
+    the MLP read the residual as is, their outputs normalised); EAP's scores are finite."""
+    folder = build(
+        family, tmp_path / family, lm_head=True, seed=3, random_gains=True,
+        attn_implementation="eager",
+    )  # fmt: skip
+    lm = load(folder, with_lm_head=True)
+    lm.model.double()
+    graph = build_graph(lm)
+    for block in graph.blocks:
+        assert block.attention_norm is getattr(block.layer, "input_layernorm", None)
+        assert block.mlp_norm is getattr(block.layer, "pre_feedforward_layernorm", None)
+        assert block.attention_out is not None
+        assert block.attention_out.module is block.layer.post_attention_layernorm
+        assert block.mlp_out is block.layer.post_feedforward_layernorm
+    _assert_both_ends(lm)
+    task, _ = _random_task(lm, 3, 9, seed=1)
+    scores = edge_scores(lm, task, graph=graph).scores
+    assert torch.isfinite(scores).all() and scores.abs().max() > 0
+
+
 def test_an_encoder_is_refused_in_one_line(tmp_path: Path) -> None:
     lm = load(build("bert", tmp_path / "bert"))
     with pytest.raises(InputError, match=r"circuits need a pre-norm decoder.*it is an encoder"):
@@ -64,16 +131,30 @@ def _mean_ld(lm: LoadedModel, batch, run: EdgeRun) -> float:  # type: ignore[no-
     return float(logit_difference(logits, batch.answer, batch.distractor).mean())
 
 
-def test_eap_scores_are_the_derivative_of_edge_patching(tiny: LoadedModel) -> None:
+def _gemma_norm_in_float64(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """Gemma 3's RMSNorm as transformers writes it, in the input's precision (no float32)."""
+    return self._norm(x) * (1.0 + self.weight)
+
+
+def test_eap_scores_are_the_derivative_of_edge_patching(
+    tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each edge's EAP score is d LD / d eps with the edge patched eps of the way to its
     corrupted value: central differences at eps = 1e-2 on every edge (Llama's RMSNorm computes
-    in float32 inside, whence the tolerance)."""
+    in float32 inside, whence the tolerance). Gemma 3's curvature wants a smaller step (its
+    largest error at 1e-2 is 1e-5, at 1e-3 1e-7), which its float32 norms would drown: there
+    the norms compute in float64 and eps is 1e-3."""
+    eps = 1e-2
+    if tiny.model.config.model_type == "gemma3_text":
+        from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+        monkeypatch.setattr(Gemma3RMSNorm, "forward", _gemma_norm_in_float64)
+        eps = 1e-3
     graph = build_graph(tiny)
     task, _ = _random_task(tiny, 3, 9, seed=1)
     scores = edge_scores(tiny, task)
     batch = task.batches[0]
     corrupt, _ = _record(tiny, graph, batch, batch.corrupt)
-    eps = 1e-2
     edges = graph.edges.nonzero().tolist()
     assert len(edges) == graph.n_edges
     got, want = [], []
@@ -101,8 +182,9 @@ def test_eap_scores_are_the_derivative_of_edge_patching(tiny: LoadedModel) -> No
 
 # ---------------------------------------------------------------- the independent circuit run
 def _parts(model: torch.nn.Module) -> tuple[list, torch.nn.Module]:  # type: ignore[type-arg]
-    """Per block (norm1, {kind: (module, first column)}, out projection, norm2, mlp), by the
-    family's own names; and the final norm."""
+    """Per block (norm1, {kind: (module, first column)}, out projection, norm2, mlp, the norm
+    on the attention's output, the norm on the MLP's output), by the family's own names (the
+    last two ``None`` but in Gemma); and the final norm."""
     if hasattr(model, "transformer"):  # GPT-2: c_attn is [q | k | v], each n_embd wide
         width = model.config.n_embd
         blocks = [
@@ -112,6 +194,8 @@ def _parts(model: torch.nn.Module) -> tuple[list, torch.nn.Module]:  # type: ign
                 b.attn.c_proj,
                 b.ln_2,
                 b.mlp,
+                None,
+                None,
             )
             for b in model.transformer.h
         ]
@@ -125,8 +209,12 @@ def _parts(model: torch.nn.Module) -> tuple[list, torch.nn.Module]:  # type: ign
                 "v": (b.self_attn.v_proj, 0),
             },
             b.self_attn.o_proj,
-            b.post_attention_layernorm,
-            b.mlp,
+            *(
+                (b.pre_feedforward_layernorm, b.mlp, b.post_attention_layernorm)
+                if hasattr(b, "pre_feedforward_layernorm")  # Gemma: post_attention is post1
+                else (b.post_attention_layernorm, b.mlp, None)
+            ),
+            getattr(b, "post_feedforward_layernorm", None),
         )
         for b in model.model.layers
     ]
@@ -140,9 +228,16 @@ def _linear(module: torch.nn.Module, x: torch.Tensor, cols: slice) -> torch.Tens
     return x @ module.weight[cols].t() + bias
 
 
+def _gemma_norm_scale(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Gemma's RMSNorm ``x / rms(x) * (1 + g)`` without the ``x``: ``(1 + g) / rms(x)``."""
+    return (1.0 + norm.weight) / (x.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
+
+
 def _oracle(lm: LoadedModel, batch, keep: torch.Tensor) -> float:  # type: ignore[no-untyped-def]
     """Every receiver's input summed from scratch: the senders it keeps at their value in this
-    run, the others at their value in the corrupted run, plus the output biases below."""
+    run, the others at their value in the corrupted run, plus the output biases below. Under a
+    norm on the attention's output (Gemma) a head's value is its output through that norm at
+    the scale of the run it was recorded in; the MLP's, its output norm's output."""
     model, graph = lm.model, build_graph(lm)
     blocks, final = _parts(model)
     n_heads, n_kv, d = lm.layout.heads_per_layer[0], lm.layout.kv_heads_per_layer[0], lm.head_dim
@@ -176,7 +271,7 @@ def _oracle(lm: LoadedModel, batch, keep: torch.Tensor) -> float:  # type: ignor
                     total = total + (store[s] if keep[i, j] else patch[s])
             return total  # type: ignore[return-value]
 
-        for layer, (norm1, projs, out_proj, norm2, mlp) in enumerate(blocks):
+        for layer, (norm1, projs, out_proj, norm2, mlp, post1, post2) in enumerate(blocks):
             if layer == 0:  # the embeddings: what the first block reads
 
                 def first_block(m, a, kw):  # type: ignore[no-untyped-def]
@@ -185,11 +280,19 @@ def _oracle(lm: LoadedModel, batch, keep: torch.Tensor) -> float:  # type: ignor
                 stack = model.transformer.h if hasattr(model, "transformer") else model.model.layers
                 handles.append(stack[0].register_forward_pre_hook(first_block, with_kwargs=True))
             handles.append(out_proj.register_forward_pre_hook(o_pre(layer)))
+            if post1 is not None:
+
+                def frozen(m, a, o, layer=layer):  # type: ignore[no-untyped-def]
+                    scale = _gemma_norm_scale(m, a[0])  # (B, T, E), this run's
+                    for h in range(n_heads):
+                        store[f"{layer}.{h}"] = store[f"{layer}.{h}"] * scale
+
+                handles.append(post1.register_forward_hook(frozen))
 
             def mlp_out(m, a, o, layer=layer):  # type: ignore[no-untyped-def]
                 store[f"mlp {layer}"] = o
 
-            handles.append(mlp.register_forward_hook(mlp_out))
+            handles.append((mlp if post2 is None else post2).register_forward_hook(mlp_out))
             if patch is None:
                 continue
             for kind, (module, first) in projs.items():

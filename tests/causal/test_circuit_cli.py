@@ -1,9 +1,11 @@
-"""``headlab circuit`` end to end on a tiny random Llama (GQA): the JSON a user reads, the page
-it draws (in Chromium), and bad input refused in one line before any model is loaded."""
+"""``headlab circuit`` end to end on a tiny random Llama (GQA), and on a post-norm Gemma 3: the
+JSON a user reads, the page it draws (in Chromium), and bad input refused in one line before
+any model is loaded."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -193,10 +195,12 @@ def test_each_class_follows_its_stated_rule() -> None:
     }
 
 
-def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_name_copying_matches_an_eager_oracle(family: str, tmp_path: Path, monkeypatch) -> None:
     """Wang et al.'s copying score as headlab measures it: the head's value at the indirect
-    object through its output columns, the final norm's gain and the unembedding; the oracle
-    reads the value projection's output by hook on HF's own modules."""
+    object through its output columns, the final norm's gain and the unembedding (in Gemma
+    also the gain of the norm on the attention's output, and each gain is ``1 + g``); the
+    oracle reads the value projection's output by hook on HF's own modules."""
     import torch
 
     from headlab.causal.patching import as_task
@@ -206,7 +210,10 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
     # a random model ranks no name in its top 5 of 30,522: half the vocabulary makes it a coin
     monkeypatch.setattr(head_classes, "TOP_LOGITS", 15_000)
 
-    folder = build("llama", tmp_path / "m", lm_head=True, seed=5, attn_implementation="eager")
+    folder = build(
+        family, tmp_path / "m", lm_head=True, seed=5, attn_implementation="eager",
+        random_gains=True,
+    )  # fmt: skip
     lm = load(folder, with_lm_head=True)
     task = as_task(lm, PROMPTS)
     heads = [(layer, head) for layer in range(2) for head in range(4) if (layer, head) != (0, 1)]
@@ -232,7 +239,12 @@ def test_name_copying_matches_an_eager_oracle(tmp_path: Path, monkeypatch) -> No
                 )
                 g = head // n_kv_group
                 v = seen["v"][b, io, g * d : (g + 1) * d]
-                out = attn.o_proj.weight[:, head * d : (head + 1) * d] @ v * model.model.norm.weight
+                out = attn.o_proj.weight[:, head * d : (head + 1) * d] @ v
+                if family == "gemma3":
+                    post = model.model.layers[layer].post_attention_layernorm
+                    out = out * (1 + post.weight) * (1 + model.model.norm.weight)
+                else:
+                    out = out * model.model.norm.weight
                 top = (model.lm_head.weight @ out).topk(15_000).indices
                 hits += int(int(batch.answer[b]) in top.tolist())
         hook.remove()
@@ -370,3 +382,21 @@ def test_the_help_says_the_library_default_of_steps() -> None:
     from headlab.cli import _causal
 
     assert _causal.IG_STEPS == IG_STEPS  # repeated in the CLI: --help imports no torch
+
+
+def test_a_post_norm_decoder_runs_end_to_end(tmp_path: Path, capsys) -> None:
+    """``headlab circuit`` on a tiny random Gemma 3 (norms on the sublayers' outputs, a norm
+    on each head's queries and keys, sliding-window layers), head classes measured: the whole
+    graph keeps all of the logit difference (float32)."""
+    folder = build("gemma3", tmp_path / "gemma3", lm_head=True, seed=5, random_gains=True)
+    graph = build_graph(load(folder, with_lm_head=True))
+    assert all(b.attention_out is not None for b in graph.blocks)
+    found, held = _jsonl(tmp_path / "f.jsonl", PROMPTS), _jsonl(tmp_path / "h.jsonl", HELD_OUT)
+    argv = ["--model", str(folder), "--prompts", str(found), "--eval-prompts", str(held)]
+    data, _ = _circuit([*argv, "--method", "eap-ig", "--steps", "2"], capsys)
+    assert data["edges_total"] == graph.n_edges
+    curve = data["curve"]
+    assert curve[-1]["edges"] == graph.n_edges
+    assert curve[-1]["faithfulness"] == pytest.approx(1.0, abs=1e-4)
+    assert all(math.isfinite(e["score"]) for e in data["edges"])
+    assert set(data["classes"]) <= set(CLASSES)

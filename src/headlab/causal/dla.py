@@ -9,7 +9,10 @@ exactly to the model's logit difference: the decomposition is tested to do so.
 
 The final norm is whatever module the language-model head reads, its formula recognised from
 what it computed in the clean run: RMSNorm (``x / rms(x) * g``; Gemma's ``* (1 + g)``) or
-LayerNorm (``(x - mean(x)) / std(x) * g + b``). Anything else is refused in one line.
+LayerNorm (``(x - mean(x)) / std(x) * g + b``). Anything else is refused in one line. In a
+post-norm block (Gemma 2 and 3, OLMo 2: :mod:`headlab.causal.graph`) a head's contribution
+first goes through the norm on the attention's output, its scale frozen from the clean run in
+the same way: what the head writes is what lands in the residual stream.
 
 A positive value pushes the answer up directly; a negative one pushes it down (the IOI paper's
 negative name movers). A head can matter through later heads and write nothing directly: DLA
@@ -22,7 +25,6 @@ Shape vocabulary: ``B`` prompts, ``T`` tokens, ``L`` layers, ``H`` heads, ``D`` 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,8 @@ import torch
 from torch import nn
 
 from headlab.causal import table
+from headlab.causal.graph import OutputNorm, build_graph
+from headlab.causal.norms import recognise_norm
 from headlab.causal.tasks import Task
 from headlab.errors import InputError
 from headlab.models.circuits import out_columns
@@ -84,50 +88,14 @@ class DLAResult:
         }
 
 
-def _candidates(norm: nn.Module) -> list[tuple[str, Callable[[torch.Tensor, torch.Tensor], Any]]]:
-    """The frozen-scale maps a final norm may be: ``f(v, x) -> (linear part of v, bias)`` with
-    the scale taken from ``x`` (the rows the norm normalised)."""
-    weight = getattr(norm, "weight", None)
-    bias = getattr(norm, "bias", None)
-    eps_values = [
-        float(e)
-        for e in (getattr(norm, "eps", None), getattr(norm, "variance_epsilon", None))
-        if isinstance(e, int | float)
-    ] or [1e-5, 1e-6]
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
-        return []
-    g = weight.detach().double()
-    b = None if not isinstance(bias, torch.Tensor) else bias.detach().double()
-    out: list[tuple[str, Callable[[torch.Tensor, torch.Tensor], Any]]] = []
-    for eps in eps_values:
-
-        def rms(v: torch.Tensor, x: torch.Tensor, eps: float = eps) -> Any:
-            scale = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
-            return v / scale * g, None
-
-        def rms_one(v: torch.Tensor, x: torch.Tensor, eps: float = eps) -> Any:
-            scale = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
-            return v / scale * (1.0 + g), None
-
-        def layer(v: torch.Tensor, x: torch.Tensor, eps: float = eps) -> Any:
-            scale = (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
-            return (v - v.mean(-1, keepdim=True)) / scale * g, b
-
-        out += [("rmsnorm", rms), ("rmsnorm (1 + g)", rms_one), ("layernorm", layer)]
-    return out
-
-
-def _recognise(norm: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[str, Callable[..., Any]]:
-    """The candidate that reproduces what the norm computed, ``y`` from ``x`` ``(R, E)``."""
-    for name, fn in _candidates(norm):
-        linear, bias = fn(x, x)
-        got = linear if bias is None else linear + bias
-        if torch.allclose(got, y, atol=1e-4 * (1.0 + float(y.abs().max())), rtol=1e-4):
-            return name, fn
-    raise InputError(
-        f"direct logit attribution needs the final norm to be a LayerNorm or an RMSNorm; "
-        f"{type(norm).__name__} computes something else"
-    )
+def _attention_output_norms(lm: LoadedModel) -> list[OutputNorm | None]:
+    """Each layer's norm on the attention's output (post-norm blocks), else ``None``; all
+    ``None`` for a model the circuit graph does not describe (its heads' writes are then taken
+    as the output projection gives them, as before post-norm blocks were known)."""
+    try:
+        return [block.attention_out for block in build_graph(lm).blocks]
+    except InputError:
+        return [None] * lm.n_layers
 
 
 def final_norm(lm: LoadedModel) -> nn.Module:
@@ -177,6 +145,7 @@ def direct_logit_attribution(
     progress = progress or NO_PROGRESS
     start = time.perf_counter()
     norm = final_norm(lm)
+    post = _attention_output_norms(lm)
     unembed = lm.model.get_output_embeddings()
     w_u = unembed.weight.detach().double()  # (V, E)
     u_bias = getattr(unembed, "bias", None)
@@ -194,22 +163,39 @@ def direct_logit_attribution(
                 kept["x"] = args[0][:, -1].detach().double()  # (B, E)
                 kept["y"] = out[:, -1].detach().double()
 
-            remove = norm.register_forward_hook(keep).remove
+            removers = [norm.register_forward_hook(keep).remove]
+            for layer, out_norm in enumerate(post):
+                if out_norm is not None:  # the attention's output at the last position
+
+                    def keep_attention(
+                        module: nn.Module,
+                        args: Any,
+                        out: Any,
+                        key: str = f"attn {layer}",
+                        kept: dict = kept,
+                    ) -> None:
+                        kept[key] = args[0][:, -1].detach().double()  # (B, E)
+
+                    removers.append(out_norm.module.register_forward_hook(keep_attention).remove)
             try:
                 with HeadOutputs(lm, detach=True) as heads:
                     logits = lm.model(input_ids=batch.clean).logits[:, -1].double()  # (B, V)
             finally:
-                remove()
+                for remove in removers:
+                    remove()
             rows = torch.arange(len(batch.index), device=logits.device)
             ld = logits[rows, batch.answer] - logits[rows, batch.distractor]  # (B,)
             x, y = kept["x"], kept["y"]
-            kind, frozen = _recognise(norm, x, y)
+            kind, frozen = recognise_norm(norm, x, y)
             direction = w_u[batch.answer] - w_u[batch.distractor]  # (B, E)
             total = torch.zeros_like(x)
             for layer in range(n_layers):
                 z = heads.outputs[layer][:, -1].double()  # (B, H, D)
                 w_o = out_columns(lm, layer).detach().double()  # (H, E, D)
                 per_head = torch.einsum("bhd,hed->bhe", z, w_o)  # (B, H, E)
+                out_norm = post[layer]
+                if out_norm is not None:  # through the post-attention norm, scale frozen
+                    per_head = out_norm.linear(per_head, kept[f"attn {layer}"][:, None, :])
                 total += per_head.sum(1)
                 linear, _ = frozen(per_head, x[:, None, :])
                 sums[layer, : z.shape[1]] += (linear * direction[:, None, :]).sum(-1).sum(0).cpu()

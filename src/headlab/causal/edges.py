@@ -12,6 +12,12 @@ writes in this run; the receiver reads it through its own norm and its own colum
 query, key or value projection (the MLP through its norm, the logits through the final norm).
 With every edge left out a receiver reads the corrupted residual, with none the clean one.
 
+In a post-norm block (:mod:`headlab.causal.graph`) a head writes through the norm on the
+attention's output with that norm's scale frozen at the value it took in the same run: in the
+clean run at the clean scale, in the corrupted run (the ``corrupt`` writes) at the corrupted
+scale, in a patched run at that run's own. The heads' writes then add up to the norm's output
+in every run, which keeps the two ends exact; the MLP's write is its output norm's output.
+
 :func:`receiver_gradients` gives ``d metric / d input_r`` for every receiver from one forward
 and backward pass: the gradient at each projection's output (or the MLP's input, or the final
 norm's output) taken back through the receiver's columns and its norm.
@@ -28,18 +34,30 @@ from typing import Any
 import torch
 from torch import nn
 
-from headlab.causal.graph import KINDS, Graph, weight_rows
+from headlab.causal.graph import KINDS, Block, Graph, apply_norm, tensor_input, weight_rows
+from headlab.causal.graph import first_tensor as _first
 from headlab.models.loading import LoadedModel
 
 Hook = Callable[[], None]
 
 
-def _first(x: Any) -> torch.Tensor:
-    return x[0] if isinstance(x, tuple) else x
-
-
 def _replace_first(out: Any, value: torch.Tensor) -> Any:
     return (value, *out[1:]) if isinstance(out, tuple) else value
+
+
+def _replace_input(
+    args: tuple[Any, ...], kwargs: dict[str, Any], value: torch.Tensor
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A pre-hook's ``(args, kwargs)`` with the tensor :func:`tensor_input` read replaced."""
+    if args and isinstance(args[0], torch.Tensor):
+        return (value, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": value}
+
+
+def residual_reader(block: Block) -> nn.Module:
+    """The module whose input is the residual a block's attention reads: its norm, or the block
+    itself where the attention reads the residual as is."""
+    return block.layer if block.attention_norm is None else block.attention_norm
 
 
 class EdgeRun:
@@ -97,8 +115,10 @@ class EdgeRun:
 
     # ---------------------------------------------------------------- hooks
     def _attention_norm(self, layer: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-            x = args[0]
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            x = tensor_input(args, kwargs)
+            if x is None:
+                raise RuntimeError(f"layer {layer}'s residual was not passed as a tensor")
             self.residual[f"attn {layer}"] = x
             if layer == 0:
                 self._store(0, x)  # the embeddings: what the first block reads
@@ -119,6 +139,20 @@ class EdgeRun:
 
         return hook
 
+    def _attention_out(self, layer: int) -> Callable[..., None]:
+        """Post-norm blocks: the heads' writes through the attention's output norm, its scale
+        frozen at this run's (``args[0]``, the attention's output, is what it normalises)."""
+        senders = self.graph.head_senders(layer)
+        norm = self.graph.blocks[layer].attention_out
+        assert norm is not None
+
+        def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+            assert self.values is not None  # the heads were stored at the output projection
+            index = slice(senders.start, senders.stop)
+            self._store(index, norm.linear(self.values[index], args[0].detach()))
+
+        return hook
+
     def _projection(self, layer: int, module: nn.Module) -> Callable[..., Any]:
         block = self.graph.blocks[layer]
         kinds = [k for k in KINDS if block.projections[k][0] is module]
@@ -133,8 +167,11 @@ class EdgeRun:
                 delta = self._delta(upto, self.graph.receiver_range(layer, kind))
                 if delta is None:
                     continue
-                norm = block.attention_norm.forward  # not __call__: no hook of this run fires
-                moved = norm(x[None] + delta) - norm(x)[None]
+                # by forward, not __call__: no hook of this run fires
+                moved = (
+                    apply_norm(block.attention_norm, x[None] + delta)
+                    - apply_norm(block.attention_norm, x)[None]
+                )
                 patched = first.clone() if patched is None else patched
                 for r, cols in enumerate(block.projections[kind][1]):
                     patched[..., cols] += moved[r] @ rows[cols].to(moved).t()
@@ -153,11 +190,17 @@ class EdgeRun:
         upto = self.graph.mlp_sender(layer)
         receivers = self.graph.receiver_range(layer, "mlp")
 
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> Any:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            if block.mlp_norm is None:  # the MLP reads the residual as is
+                x = tensor_input(args, kwargs)
+                if x is None:
+                    raise RuntimeError(f"layer {layer}'s MLP input was not passed as a tensor")
+                self.residual[f"mlp {layer}"] = x
             delta = self._delta(upto, receivers)
             if delta is None:
                 return None
-            return (block.mlp_norm.forward(self.residual[f"mlp {layer}"] + delta[0]), *args[1:])
+            patched = apply_norm(block.mlp_norm, self.residual[f"mlp {layer}"] + delta[0])
+            return _replace_input(args, kwargs, patched)
 
         return hook
 
@@ -180,23 +223,32 @@ class EdgeRun:
         try:
             for layer, block in enumerate(self.graph.blocks):
                 add(
-                    block.attention_norm.register_forward_pre_hook(
-                        self._attention_norm(layer)
-                    ).remove
+                    residual_reader(block)
+                    .register_forward_pre_hook(self._attention_norm(layer), with_kwargs=True)
+                    .remove
                 )
                 add(
                     self.lm.layers[layer]
                     .out_proj.register_forward_pre_hook(self._heads(layer))
                     .remove
                 )
+                if block.attention_out is not None:
+                    norm = block.attention_out.module
+                    add(norm.register_forward_hook(self._attention_out(layer)).remove)
                 if self.left_out is not None:
                     modules = {id(block.projections[k][0]): block.projections[k][0] for k in KINDS}
                     for module in modules.values():
                         hook = self._projection(layer, module)
                         add(module.register_forward_hook(hook).remove)
-                add(block.mlp_norm.register_forward_pre_hook(self._mlp_norm(layer)).remove)
-                add(block.mlp.register_forward_pre_hook(self._mlp_input(layer)).remove)
-                add(block.mlp.register_forward_hook(self._mlp_output(layer)).remove)
+                if block.mlp_norm is not None:
+                    add(block.mlp_norm.register_forward_pre_hook(self._mlp_norm(layer)).remove)
+                add(
+                    block.mlp.register_forward_pre_hook(
+                        self._mlp_input(layer), with_kwargs=True
+                    ).remove
+                )
+                writer = block.mlp if block.mlp_out is None else block.mlp_out
+                add(writer.register_forward_hook(self._mlp_output(layer)).remove)
             add(self.graph.final_norm.register_forward_pre_hook(self._final_norm).remove)
         except BaseException:
             self._remove()
@@ -212,10 +264,14 @@ class EdgeRun:
 
 
 def output_biases(lm: LoadedModel, graph: Graph) -> list[torch.Tensor | None]:
-    """Each layer's output-projection bias ``(E,)``: written to the residual in every run, no
-    sender's (never patched)."""
+    """Each layer's output-projection bias ``(E,)`` (in a post-norm block, the bias of the norm
+    on the attention's output, if any): written to the residual in every run, no sender's
+    (never patched)."""
     biases = []
-    for layer in range(len(graph.blocks)):
+    for layer, block in enumerate(graph.blocks):
+        if block.attention_out is not None:
+            biases.append(block.attention_out.bias)
+            continue
         bias = getattr(lm.layers[layer].out_proj, "bias", None)
         biases.append(bias.detach() if isinstance(bias, torch.Tensor) else None)
     return biases
@@ -255,30 +311,26 @@ class _GradientTaps:
             return hook
 
         def keep_in(name: str, store: dict[str, torch.Tensor]) -> Callable[..., None]:
-            def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-                store[name] = args[0] if store is self.tensors else args[0].detach()
+            def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                x = tensor_input(args, kwargs)
+                if x is not None:
+                    store[name] = x if store is self.tensors else x.detach()
 
             return hook
 
+        def before(module: nn.Module, hook: Callable[..., None]) -> None:
+            add(module.register_forward_pre_hook(hook, with_kwargs=True).remove)
+
         for layer, block in enumerate(self.graph.blocks):
-            add(
-                block.attention_norm.register_forward_pre_hook(
-                    keep_in(f"attn {layer}", self.residual)
-                ).remove
-            )
+            before(residual_reader(block), keep_in(f"attn {layer}", self.residual))
             for module in {
                 id(block.projections[k][0]): block.projections[k][0] for k in KINDS
             }.values():
                 add(module.register_forward_hook(keep_out(f"proj {layer} {id(module)}")).remove)
-            add(
-                block.mlp_norm.register_forward_pre_hook(
-                    keep_in(f"mlp {layer}", self.residual)
-                ).remove
-            )
-            add(
-                block.mlp.register_forward_pre_hook(keep_in(f"mlp in {layer}", self.tensors)).remove
-            )
-        add(self.graph.final_norm.register_forward_pre_hook(keep_in("final", self.residual)).remove)
+            reader = block.mlp if block.mlp_norm is None else block.mlp_norm
+            before(reader, keep_in(f"mlp {layer}", self.residual))
+            before(block.mlp, keep_in(f"mlp in {layer}", self.tensors))
+        before(self.graph.final_norm, keep_in("final", self.residual))
         add(self.graph.final_norm.register_forward_hook(keep_out("final out")).remove)
         return self
 
@@ -287,8 +339,13 @@ class _GradientTaps:
             self._removers.pop()()
 
 
-def _through_norm(norm: nn.Module, x: torch.Tensor, cotangents: torch.Tensor) -> torch.Tensor:
-    """``(r, B, T, E)``: each cotangent at ``norm(x)``'s output taken back to its input."""
+def _through_norm(
+    norm: nn.Module | None, x: torch.Tensor, cotangents: torch.Tensor
+) -> torch.Tensor:
+    """``(r, B, T, E)``: each cotangent at ``norm(x)``'s output taken back to its input (as is
+    where there is no norm)."""
+    if norm is None:
+        return cotangents
     with torch.enable_grad():
         leaf = x.detach().requires_grad_(True)
         y = norm.forward(leaf)

@@ -127,7 +127,8 @@ def attention_evidence(lm: LoadedModel, task: Task) -> dict[str, torch.Tensor] |
 def name_copying(lm: LoadedModel, task: Task, heads: list[tuple[int, int]]) -> torch.Tensor:
     """``(L, H)``: for each of ``heads``, the share of prompts in which what it reads at the
     indirect object (its value vector there, through its columns of the output projection,
-    the final norm's gain and the unembedding) ranks the indirect object among the top
+    the gain of a post-norm block's norm on the attention's output, the final norm's gain and
+    the unembedding) ranks the indirect object among the top
     :data:`TOP_LOGITS` logits (Wang et al. 2022's copying score, on the prompts' own
     residual stream); NaN for every other head."""
     out = torch.full(
@@ -136,7 +137,8 @@ def name_copying(lm: LoadedModel, task: Task, heads: list[tuple[int, int]]) -> t
     if not heads:
         return out
     w_u = lm.model.get_output_embeddings().weight.detach()  # (V, E)
-    gain = getattr(build_graph(lm).final_norm, "weight", None)
+    graph = build_graph(lm)
+    gain = graph.final_gain
     layers = sorted({layer for layer, _ in heads})
     hits = torch.zeros_like(out).nan_to_num(0.0)
     total = 0
@@ -162,6 +164,10 @@ def name_copying(lm: LoadedModel, task: Task, heads: list[tuple[int, int]]) -> t
             w_o = lm.adapter.out_proj_weight(lm.layers[layer].out_proj).detach()  # (E, H*D)
             d = read.shape[-1]
             written = read @ w_o[:, head * d : (head + 1) * d].to(read).t()  # (B, E)
+            post = graph.blocks[layer].attention_out
+            post_gain = None if post is None else post.gain  # its 1 / rms: no change of rank
+            if post_gain is not None:
+                written = written * post_gain.to(written)
             if isinstance(gain, torch.Tensor):
                 written = written * gain.detach().to(written)
             top = (written @ w_u.to(written).t()).topk(TOP_LOGITS, dim=-1).indices  # (B, k)

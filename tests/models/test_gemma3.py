@@ -96,7 +96,7 @@ def test_induction_patching_agrees_with_a_loop_of_forward_passes(gemma3: LoadedM
     from headlab.causal.patching import activation_patching
     from headlab.causal.tasks import encode_task
 
-    prompts = induction(gemma3.tokenizer, 3, seed=0)
+    prompts = induction(gemma3.tokenizer, 2, seed=0)
     task = encode_task(gemma3.tokenizer, prompts, name="induction")
     layers = [10, 11]
     got = activation_patching(gemma3, task, layers=layers).effects[layers]  # (2, 4)
@@ -189,8 +189,6 @@ def test_pruned_query_heads_load_in_transformers(gemma3: LoadedModel, tmp_path: 
     ids = torch.tensor(
         [lm.tokenizer("When Mary and John went to the store, John gave")["input_ids"]]
     )
-    assert _check_in_transformers(lm, remove, tmp_path / "out", ids).strip()
-    again = load(tmp_path / "out", with_lm_head=True)
-    assert (
-        again.layout.heads_per_layer == (2,) * 18 and again.layout.kv_heads_per_layer == (1,) * 18
-    )
+    assert _check_in_transformers(lm, remove, tmp_path / "out", ids).strip()  # 2 heads a layer
+    config = json.loads((tmp_path / "out" / "config.json").read_text(encoding="utf-8"))
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (2, 1)

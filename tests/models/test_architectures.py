@@ -240,6 +240,26 @@ def test_physical_pruning_equals_zero_ablation_and_reloads(
     _note(model_type, "reload_transformers", bool(native))
 
 
+def test_mqa_with_per_head_norms_prunes_query_heads() -> None:
+    """Gemma 3 with one KV head (Gemma 3 270M's layout): its q_norm and k_norm are one head
+    wide, as wide as all KV heads together, yet normalise each head alone; pruning query heads
+    equals zero-ablating them."""
+    from headlab.pruning.physical import prune_model
+
+    model = build_model("gemma3_text", num_key_value_heads=1)
+    lm = wrap(model, None, name="gemma3-mqa")
+    assert lm.layout.kv_heads_per_layer[0] == 1
+    remove = {0: [1], lm.n_layers - 1: [0, 2]}
+    batch = inputs(model)
+    pruned = prune_model(wrap(build_model("gemma3_text", num_key_value_heads=1), None), remove)
+    with torch.no_grad(), HeadCapture(lm, ablate=remove):
+        expected = _main(lm.model(**batch))
+    with torch.no_grad():
+        got = _main(pruned.model(**batch))
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert pruned.layout.heads_per_layer == (3, 2) and pruned.layout.kv_heads_per_layer == (1, 1)
+
+
 @pytest.mark.parametrize("model_type", sorted(NOT_INTERFACE))
 def test_families_outside_the_interface_get_one_line(model_type: str) -> None:
     model = build_model(model_type)

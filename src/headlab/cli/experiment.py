@@ -98,7 +98,7 @@ def add_cost_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--width", type=int, help="model width E (default 768)")
     g.add_argument(
         "--model",
-        help="take the width of this model (a catalog name, config.json or folder, smollm2, a "
+        help="take the width of this model (a catalog name, config.json or folder, smollm2, gemma3, a "
         ".gguf file) and add its head count to --heads",
     )
     g.add_argument(

@@ -22,7 +22,8 @@ def add_parser(sub: Any) -> None:
             "experiment tables) and PNG figures. Default: all-MiniLM-L6-v2 on the bundled "
             "samples, written to ./headlab-report/ (open index.html in any browser). A causal "
             "model gets a decoder's page: an IOI prompt, its induction-like heads and its KV "
-            "cache (--model smollm2 writes ./headlab-report-smollm2/, linked both ways)."
+            "cache (--model smollm2 writes ./headlab-report-smollm2/, linked both ways; --model "
+            "gemma3 ./headlab-report-gemma3/)."
         ),
     )
     add, file = p.add_argument, text("a file")
@@ -30,7 +31,8 @@ def add_parser(sub: Any) -> None:
     add(
         "--out",
         type=text("a folder"),
-        help="output folder (default headlab-report; headlab-report-smollm2 for --model smollm2)",
+        help="output folder (default headlab-report; headlab-report-KEY for --model smollm2 or "
+        "gemma3)",
     )
     add(
         "--overwrite",

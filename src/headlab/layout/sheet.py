@@ -155,6 +155,7 @@ def _rows(d: Mapping[str, Any]) -> list[tuple[str, str]]:
     if d["sliding_window_layers"]:
         window = (
             f"{d['sliding_window_layers']} of {d['n_layers']} layers, window {d['sliding_window']}"
+            f" (each caches at most {d['sliding_window']:,} tokens)"
         )
     m = d["mla"]
     latent = (

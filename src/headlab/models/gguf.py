@@ -140,10 +140,11 @@ def folder_for(path: str | Path, *, notify: Callable[[str], None] | None = None)
             it can).
     """
     source = Path(path).expanduser()
-    arch = architecture(source)
+    check_gguf(source)
     folder = converted_folder(source)
-    if _ready(folder):
-        return folder
+    if _ready(folder):  # before reading the metadata: Gemma 3's 262,144-token vocabulary alone
+        return folder  # takes the gguf package's reader 15 s and more
+    arch = architecture(source)
     known = supported_architectures()
     if _normalized(arch) not in known:
         raise UnsupportedModelError(

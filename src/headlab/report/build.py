@@ -20,17 +20,17 @@ from headlab.causal.patching import PatchingResult
 from headlab.datasets.lesson import LESSON_SENTENCE, LESSON_WORD
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
-from headlab.models.names import DECODER
+from headlab.models.names import GGUF_MODELS
 from headlab.models.words import find_word, split_words
 from headlab.progress import Prefixed, Progress
 from headlab.pruning.workflow import PruneOptions, build_metrics, read_pruning_json
 from headlab.report import write_report
 from headlab.report.decoder import (
     DECODER_FOCUS,
-    DECODER_FOLDER,
     DECODER_PROMPT,
     ENCODER_FOLDER,
     REPEAT_PROMPT,
+    decoder_folder,
 )
 from headlab.report.full import measure_extras
 from headlab.roles.results import RoleReport
@@ -147,8 +147,9 @@ def check_models(inputs: ReportInputs, model: str) -> None:
 
 
 def default_folder(model: str | None) -> str:
-    """Where a report goes by default: the decoder's page beside the encoder's."""
-    return DECODER_FOLDER if model == DECODER else ENCODER_FOLDER
+    """Where a report goes by default: a bundled decoder's page (headlab-report-KEY) beside the
+    encoder's."""
+    return decoder_folder(model) if model in GGUF_MODELS else ENCODER_FOLDER
 
 
 def check_focus_word(word: str, sentences: list[str]) -> None:

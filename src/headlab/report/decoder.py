@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.layout.costs import compute_spec
-from headlab.models.names import BUNDLED_NAMES, DECODER, DEFAULT_MODEL_NAME
+from headlab.models.names import BUNDLED_NAMES, DECODER, DEFAULT_MODEL_NAME, GGUF_MODELS
 
 #: the decoder page's first viewer prompt (an IOI prompt) and the word it opens on (the last "to")
 DECODER_PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -45,8 +45,15 @@ TOP_HEADS = 5
 
 #: the folders the encoder's and the bundled decoder's reports go to by default, side by side
 #: so that each can link the other
-DECODER_FOLDER = "headlab-report-smollm2"
 ENCODER_FOLDER = "headlab-report"
+
+
+def decoder_folder(key: str) -> str:
+    """Where the report of bundled GGUF decoder ``key`` goes by default: headlab-report-KEY."""
+    return f"{ENCODER_FOLDER}-{key}"
+
+
+DECODER_FOLDER = decoder_folder(DECODER)
 
 
 def role_score(scores: dict[str, Any], role: str) -> float | None:
@@ -142,8 +149,9 @@ def companion(out: Path, *, causal: bool, default_model: bool) -> dict[str, Any]
         return None
     sibling = out.resolve().parent / target
     found = sibling != out.resolve() and (sibling / "index.html").is_file()
-    own = DECODER_FOLDER if causal else ENCODER_FOLDER  # this page's default folder name
-    if out.resolve().name != own:  # written elsewhere: the other's default is not beside it
+    # this page's default folder name (a decoder's: any bundled decoder's)
+    own = {decoder_folder(key) for key in GGUF_MODELS} if causal else {ENCODER_FOLDER}
+    if out.resolve().name not in own:  # written elsewhere: the other's default is not beside it
         command += f" --out {sibling}"
     return {
         "model": model,

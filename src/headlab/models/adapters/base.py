@@ -121,7 +121,10 @@ class Adapter:
         own = {id(p) for m in (h.qkv.q, h.qkv.k, h.qkv.v, h.out_proj) for p in m.parameters()}
         for name, p in h.attention.named_parameters():
             qk = name.split(".")[0].lower().startswith(("q", "k"))  # q_norm, k_layernorm...
-            if qk and id(p) not in own and p.numel() in (n_heads * d, n_kv * d) and d > 1:
+            # a norm D wide is applied to each head alone (Gemma 3, Qwen3), even when it is as
+            # wide as all KV heads together: one KV head (MQA)
+            across = p.numel() in (n_heads * d, n_kv * d) and p.numel() != d
+            if qk and id(p) not in own and across and d > 1:
                 return (
                     f"physical pruning of {cls} is not supported: {name} normalises all heads' "
                     "queries or keys together, so removing a head changes the others"

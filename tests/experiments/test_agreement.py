@@ -64,3 +64,51 @@ def test_other_tasks_and_layouts_are_refused() -> None:
         induction_agreement(roles, _patching([[0.5]], task="ioi"))
     with pytest.raises(InputError, match="different head layouts"):
         induction_agreement(roles, _patching([[0.5, 0.1]]))
+
+
+def assert_roles_agree(roles: dict, patching: PatchingResult) -> None:
+    """The check every causal real model's test runs: the rule holds, some head is called
+    induction by both, and the strongest acting head that clears the bar is named induction;
+    every head's two verdicts printed (pytest -s) for docs/roles.md."""
+    agreement = induction_agreement(roles, patching)
+    for h in agreement.heads:
+        print(f"{h.layer}.{h.head} effect {h.effect:+.2f} {h.role} ({h.score}): {h.verdict}")
+    assert agreement.agrees, [f"{h.layer}.{h.head}" for h in agreement.hidden]
+    assert any(h.verdict == "agree" for h in agreement.heads)
+    clearing = [h for h in agreement.heads if h.acts and h.clears]
+    assert clearing and clearing[0].looks
+
+
+def test_the_reports_patching_caption_names_each_disagreement() -> None:
+    """``headlab report --patch`` on the induction task: the caption of the patching figure
+    says which heads both call induction heads and each disagreement in words."""
+    from headlab.report import agreement_text
+    from headlab.roles.classify import Thresholds
+    from headlab.roles.results import HeadRole, RoleReport
+
+    def head(layer: int, h: int, role: str, roles: tuple[str, ...]) -> HeadRole:
+        return HeadRole(
+            layer=layer, head=h, role=role, roles=roles, score=None, baseline=None,
+            margin=None, detail="", stability=None, scores={"induction": 0.5},
+        )  # fmt: skip
+
+    roles = RoleReport(
+        model="m",
+        n_layers=1,
+        n_heads=3,
+        heads=[
+            head(0, 0, "induction", ("induction", "sink")),
+            head(0, 1, "positional", ("positional",)),
+            head(0, 2, "induction", ("induction",)),
+        ],
+        relations=[],
+        coreference=None,
+        data={},
+        thresholds=Thresholds(),
+        replicates=0,
+    )
+    text = agreement_text(roles, _patching([[0.6, 0.3, 0.01]]))
+    assert "1 induction head(s) both name (0.0)" in text
+    assert "0.1 (+0.30) looks like a positional head, acts in the induction task" in text
+    assert "0.2 (+0.01) looks like an induction head, its output is not needed" in text
+    assert agreement_text(roles, _patching([[0.6, 0.3, 0.01]], task="ioi")) == ""

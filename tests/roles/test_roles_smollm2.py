@@ -55,12 +55,42 @@ def test_induction_heads_agree_with_eager_attention(smollm2: Any, smollm2_folder
     assert (want >= bar).sum() >= 3  # SmolLM2 has induction heads to find
 
 
-def test_cli_names_decoder_heads(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(scope="module")
+def cli_roles(smollm2_folder: Path) -> dict[str, Any]:
+    """``headlab roles --model smollm2`` at a small size, through the CLI, once."""
+    import contextlib
+    import io
+
     from headlab.cli import main
 
     argv = ["roles", "--model", "smollm2", "--limit", "10", "--replicates", "0", "--no-gap"]
-    assert main([*argv, "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*argv, "--json", "-q"]) == 0
+    result: dict[str, Any] = json.loads(out.getvalue())
+    return result
+
+
+def test_roles_name_the_heads_patching_finds(
+    cli_roles: dict[str, Any], smollm2_folder: Path
+) -> None:
+    """Roles against patching on the induction task (experiments/agreement.py's rule), the
+    prompts' last position patched: every head that carries the task and clears the induction
+    bar is named induction, though all of them park most of their attention on the sink."""
+    from tests.experiments.test_agreement import assert_roles_agree
+
+    from headlab.causal.patching import as_task, run_patching
+    from headlab.models import load
+
+    lm = load(smollm2_folder, with_lm_head=True)
+    patching = run_patching(lm, as_task(lm, "induction", n=8), position=-1)
+    assert_roles_agree(cli_roles, patching)
+    induction_heads = [h for h in cli_roles["heads"] if h["role"] == "induction"]
+    assert induction_heads and all("sink" in h["roles"] for h in induction_heads)
+
+
+def test_cli_names_decoder_heads(cli_roles: dict[str, Any]) -> None:
+    result = cli_roles
     bars = result["thresholds"]
     for role in ("induction", "previous-token", "duplicate-token"):
         named = [h for h in result["heads"] if h["role"] == role]

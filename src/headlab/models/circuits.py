@@ -123,9 +123,13 @@ def _gains(lm: LoadedModel, width: int) -> tuple[list[torch.Tensor | None], torc
     outputs: dict[int, tuple[nn.Module, torch.Tensor]] = {}
     reads: dict[Any, int] = {}  # layer (or "head") -> data_ptr of what it read
 
+    inputs: dict[int, torch.Tensor] = {}  # data_ptr of a norm's output -> what it normalised
+
     def on_norm(module: nn.Module, args: Any, out: Any) -> None:
         if isinstance(out, torch.Tensor):
             outputs[out.data_ptr()] = (module, out)
+            if args and isinstance(args[0], torch.Tensor):
+                inputs[out.data_ptr()] = args[0]
 
     def reader(key: Any) -> Any:
         def hook(module: nn.Module, args: Any) -> None:
@@ -154,9 +158,26 @@ def _gains(lm: LoadedModel, width: int) -> tuple[list[torch.Tensor | None], torc
     def gain(key: Any) -> torch.Tensor | None:
         found = outputs.get(reads.get(key, -1))
         weight = None if found is None else found[0].weight
-        return weight.detach() if isinstance(weight, torch.Tensor) else None
+        if not isinstance(weight, torch.Tensor) or found is None:
+            return None
+        x = inputs.get(found[1].data_ptr())
+        return _effective_gain(weight.detach(), x, found[1])
 
     return [gain(layer) for layer in range(len(lm.layers))], gain("head")
+
+
+def _effective_gain(weight: torch.Tensor, x: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """A norm's per-feature gain as it multiplied ``x`` into ``y``: its ``weight`` (LayerNorm,
+    most RMSNorms), or ``1 + weight`` where that is what the norm computed (Gemma's RMSNorm,
+    whose weight starts at 0), told apart by which reproduces ``y`` from ``x / rms(x)``."""
+    if x is None or x.shape != y.shape:
+        return weight
+    rows = x.detach().double().reshape(-1, x.shape[-1])
+    normed = rows / (rows.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    out = y.detach().double().reshape(-1, y.shape[-1])
+    plain = (normed * weight.double() - out).abs().max()
+    shifted = (normed * (1.0 + weight.double()) - out).abs().max()
+    return 1.0 + weight if shifted < plain else weight
 
 
 def _folder_unembedding(lm: LoadedModel) -> torch.Tensor | None:

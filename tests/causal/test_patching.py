@@ -521,3 +521,24 @@ def test_the_last_position_runs_the_last_token_alone(tiny, monkeypatch):
         fast = activation_patching(tiny, task, position=-1, component=component).effects
         torch.testing.assert_close(fast, full[component], atol=1e-10, rtol=1e-10, equal_nan=True)
     assert len(calls) >= 2 * tiny.n_layers
+
+
+def test_the_runs_seconds_count_the_layer_stage(tiny, monkeypatch):
+    """``headlab patch``'s "in N s" and the JSON's ``seconds`` cover the whole run, the layer
+    table's stage included (it took 27-91 s of SmolLM2's runs and was left out)."""
+    import time
+
+    from headlab.causal import patching
+
+    real = patching.layer_patching
+
+    def slow(*args, **kwargs):
+        time.sleep(0.5)  # a known half second on top of the real stage
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(patching, "layer_patching", slow)
+    task, _ = _random_task(tiny, 2, 8, seed=9)
+    without = patching.run_patching(tiny, task)
+    with_layers = patching.run_patching(tiny, task, layer_table=True)
+    assert with_layers.layers is not None
+    assert with_layers.seconds >= 0.5 and with_layers.seconds > without.seconds

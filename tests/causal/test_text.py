@@ -59,6 +59,32 @@ def test_patching_the_top_heads_by_size_beside_activation_and_the_layers() -> No
     )
 
 
+def test_the_layer_table_ranks_what_a_layer_adds_not_the_residuals_ties() -> None:
+    """With every position patched the residual stream carries the whole corrupted input: its
+    column is 1.000 at every layer. The 5 layers shown are those whose attention or MLP
+    matters most (here 7, 3, 5, 2, 6), in layer order; not layers 0-4 by the tie."""
+    n = 8
+    attn = torch.tensor([0.0, 0.01, 0.2, 0.4, 0.0, 0.0, 0.1, 0.77], dtype=torch.float64)
+    mlp = torch.tensor([0.02, 0.0, 0.0, 0.0, 0.03, 0.3, 0.0, 0.0], dtype=torch.float64)
+    result = PatchingResult(
+        model="m", task="induction", method="activation", position=None, n_prompts=4,
+        clean=2.0, corrupt=-1.0, effects=EFFECTS,
+        layers=LayerTable(resid=torch.ones(n, dtype=torch.float64), attn=attn, mlp=mlp),
+    )  # fmt: skip
+    per_layer = _tables(patch_text(result))[-1]
+    assert [row[0] for row in per_layer.rows] == ["2", "3", "5", "6", "7"]
+
+
+def test_kv_heads_are_headed_as_kv_heads() -> None:
+    result = PatchingResult(
+        model="m", task="ioi", method="activation", position=None, n_prompts=4, clean=2.0,
+        corrupt=-1.0, effects=EFFECTS, component="k",
+    )  # fmt: skip
+    heads = _tables(patch_text(result))[0]
+    assert heads.columns[0] == "layer.KV head"
+    assert heads.title.startswith("top 10 KV heads")
+
+
 def test_dla_splits_the_logit_difference_and_marks_negative_heads() -> None:
     result = DLAResult(
         model="m", task="ioi", n_prompts=2, clean=1.5, dla=EFFECTS, rest=0.45, norm="rmsnorm"

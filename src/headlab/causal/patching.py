@@ -29,6 +29,7 @@ head width, ``V`` vocabulary.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -110,9 +111,11 @@ def run_patching(
         )
     if result is None:  # pragma: no cover - activation always gives one
         raise RuntimeError("no patching result")
-    if layer_table:
+    if layer_table:  # its time counts in the result's seconds, as the run's
+        start = time.perf_counter()
         table = layer_patching(lm, task, position=position, progress=progress)
-        result = dataclasses.replace(result, layers=table)
+        seconds = result.seconds + time.perf_counter() - start
+        result = dataclasses.replace(result, layers=table, seconds=seconds)
     return result
 
 

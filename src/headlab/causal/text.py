@@ -43,7 +43,7 @@ def patching_text(result: PatchingResult, top: int = 10) -> list[Part]:
         out.append(
             f"against activation patching: Pearson {c['pearson']:.3f}, Spearman {c['spearman']:.3f}"
         )
-    columns = ["layer.head", result.method]
+    columns = ["layer.KV head" if result.unit == "kv_head" else "layer.head", result.method]
     rows = [[f"{layer}.{head}", f"{value:+.3f}"] for layer, head, value in result.top(top)]
     if reference is not None:
         columns.append("activation")
@@ -57,7 +57,7 @@ def patching_text(result: PatchingResult, top: int = 10) -> list[Part]:
     if result.layers is not None:
         layers = result.layers.to_json()
         parts = ("resid", "attn", "mlp")
-        strongest = sorted(layers, key=lambda r: -max(abs(r[k] or 0.0) for k in parts))[:5]
+        strongest = sorted(layers, key=_layer_rank)[:5]
         rows = [
             [str(r["layer"]), *(f"{r[k]:+.3f}" if r[k] is not None else "-" for k in parts)]
             for r in sorted(strongest, key=lambda r: r["layer"])
@@ -71,6 +71,15 @@ def patching_text(result: PatchingResult, top: int = 10) -> list[Part]:
             )
         )
     return out
+
+
+def _layer_rank(row: dict[str, Any]) -> tuple[float, float, int]:
+    """A layer's place among the 5 of largest effect: by its attention's or MLP's |effect|
+    (what the layer itself adds), then by its residual's (with every position patched the
+    residual stream carries the whole corrupted input: 1.000 at every layer, a tie that must
+    not put layers 0-4 first), then by layer."""
+    own = max(abs(row["attn"] or 0.0), abs(row["mlp"] or 0.0))
+    return (-own, -abs(row["resid"] or 0.0), row["layer"])
 
 
 def dla_text(result: DLAResult, top: int = 10) -> list[Part]:

@@ -57,9 +57,24 @@ def test_expected_l0_and_gates_match_numpy_and_sampling() -> None:
     assert np.allclose(share, p_open, atol=0.015)
 
 
-def test_a_gate_at_zero_is_the_zero_ablation_of_that_head(bert_folder: Path) -> None:
-    lm = load(bert_folder, dtype=torch.float64)
-    batch = encode(lm, ["The chef prepared the fish.", "A dog ran."])
+@pytest.mark.parametrize("family", ["bert", "albert"])
+def test_a_gate_at_zero_is_the_zero_ablation_of_that_head(
+    family: str, bert_folder: Path, tmp_path: Path
+) -> None:
+    """A gate at zero is that head's zero ablation; on ALBERT, whose one attention module
+    serves every layer, each layer's call gets its own layer's gates (one hook on the shared
+    output projection would apply both layers' gates at every call)."""
+    if family == "bert":
+        lm = load(bert_folder, dtype=torch.float64)
+        batch = encode(lm, ["The chef prepared the fish.", "A dog ran."])
+    else:
+        from tests.models.architectures import build_model, inputs
+
+        from headlab.models.loading import wrap
+
+        lm = wrap(build_model("albert").double(), None, name="albert")
+        batch = inputs(lm.model)
+        assert lm.layers[0].out_proj is lm.layers[1].out_proj  # one module, both layers
     with torch.no_grad(), HeadCapture(lm, ablate={0: [1], 1: [3]}, record_queries_keys=False):
         ablated = lm.model(**batch).last_hidden_state
     gates = torch.ones(2, 4, dtype=torch.float64)

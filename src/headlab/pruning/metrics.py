@@ -19,6 +19,7 @@ import torch
 from headlab.datasets.stsb import StsPair
 from headlab.errors import InputError
 from headlab.models.embeddings import Removed, ablated, embed, last_hidden, mean_pool
+from headlab.models.interface import by_module, per_call
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import encode
 
@@ -50,17 +51,23 @@ def gate_hooks(lm: LoadedModel, gates: torch.Tensor | Callable[[], torch.Tensor]
     ``gates`` may be a function returning the ``(L, H)`` gates, read at every forward (the L0
     gates are drawn anew for each batch)."""
     current = gates if callable(gates) else (lambda: gates)
-    handles = []
-    for layer, h in enumerate(lm.layers):
+
+    def gate(layer: int) -> Callable[..., Any]:
         n = lm.layout.heads_per_layer[layer]
 
-        def hook(module: Any, args: tuple[Any, ...], layer: int = layer, n: int = n) -> Any:
+        def hook(module: Any, args: tuple[Any, ...]) -> Any:
             x = args[0]  # (B, T, H*D)
             split = x.view(*x.shape[:-1], n, -1) * current()[layer, :n, None].to(x)  # on x's device
             return (split.reshape(x.shape), *args[1:])
 
-        handles.append(h.out_proj.register_forward_pre_hook(hook))
-    return handles
+        return hook
+
+    # one hook per module: a projection shared by several layers (ALBERT) gets each layer's
+    # gates at that layer's call
+    return [
+        module.register_forward_pre_hook(per_call([gate(layer) for layer in served]))
+        for module, served in by_module([h.out_proj for h in lm.layers])
+    ]
 
 
 class Metric(Protocol):

@@ -19,6 +19,7 @@ from typing import Any
 
 from headlab.layout.costs import compute_spec
 from headlab.models.names import BUNDLED_NAMES, DECODER, DEFAULT_MODEL_NAME, GGUF_MODELS
+from headlab.roles.classify import CAUSAL_ROLES, ROLES
 
 #: the decoder page's first viewer prompt (an IOI prompt) and the word it opens on (the last "to")
 DECODER_PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -29,15 +30,7 @@ REPEAT_PROMPT = (
     "Alice keeps a red kite and Bob keeps a blue boat."
 )
 #: roles every model is probed for; any other role in a roles result is a decoder's
-ENCODER_ROLES = (
-    "positional",
-    "delimiter",
-    "rare-token",
-    "syntactic",
-    "coreference",
-    "broad",
-    "sink",
-)
+ENCODER_ROLES = tuple(role for role in ROLES if role not in CAUSAL_ROLES)
 #: a score that is not a role but belongs with the decoder roles when the result has it
 EXTRA_SCORES = ("copying",)
 #: heads listed per decoder role, best first

@@ -18,13 +18,12 @@ from headlab.attention import MultiHeadAttention
 from headlab.errors import ConfigError
 from headlab.experiments.cost import (
     CostOptions,
-    _without_profiler_log,
     count_params,
     flops_by_part,
     loop_over_heads,
-    peak_bytes,
     spec_flops,
 )
+from headlab.experiments.peak import _without_profiler_log, peak_bytes
 
 
 def test_parameters_are_identical_across_head_counts() -> None:

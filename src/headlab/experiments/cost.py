@@ -22,14 +22,9 @@ with headlab's huge-page tensors sent through the allocator for that call so tha
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
 import statistics
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headlab.attention import memory
 from headlab.attention.blocks import attention_weights
 from headlab.attention.module import MultiHeadAttention
 from headlab.errors import ConfigError
+from headlab.experiments.peak import MEMORY_METHOD, peak_bytes
 from headlab.layout.attention import AttentionLayout
 from headlab.layout.costs import attention_flops, compute_spec
 from headlab.progress import Progress, stage
@@ -58,13 +53,6 @@ PATH_LABELS = {
     "loop": "a Python loop over heads (the lesson's formulation)",
 }
 
-MEMORY_METHOD = {
-    "cuda": "torch.cuda.max_memory_allocated over the call, minus what was allocated before",
-    "cpu": (
-        "torch.profiler(profile_memory=True): peak of the running sum of every allocation and "
-        "free the CPU allocator recorded during the call, in time order"
-    ),
-}
 
 TIMING_METHOD = (
     "blocks of calls per path, alternating with a rotating order; times are medians of all "
@@ -257,83 +245,6 @@ def _backward_paths(
 
 
 # ---------------------------------------------------------------------- measuring
-@contextlib.contextmanager
-def _allocator_only() -> Iterator[None]:
-    """Send headlab's large CPU tensors through torch's allocator (no huge-page mappings), so
-    that the profiler sees every byte."""
-    saved = memory.HUGE_PAGES
-    memory.HUGE_PAGES = False
-    try:
-        yield
-    finally:
-        memory.HUGE_PAGES = saved
-
-
-#: a line of the profiler's own C++ log (Kineto), as torch 2.13 writes to stderr at each start
-#: and stop: ``USDT:2026-12-07 16:34:04 6757:6757 SyncActivityProfilerHandler.cpp:52] ...``
-_PROFILER_LOG = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \w+\.cpp:\d+\] ")
-
-
-@contextlib.contextmanager
-def _without_profiler_log() -> Iterator[None]:
-    """Keep the profiler's own log lines off stderr while it starts or stops (they are
-    written by C++ to file descriptor 2, under Python's ``sys.stderr``; ``KINETO_LOG_LEVEL``
-    is read once, when torch is imported, so too late for a library to set). Any other line
-    written meanwhile is passed on to stderr."""
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # no file descriptor 2 (a closed stderr): nothing to keep clean
-        yield
-        return
-    with tempfile.TemporaryFile(mode="w+b") as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            text = caught.read().decode("utf-8", "replace")
-    kept = [line for line in text.splitlines(keepends=True) if not _PROFILER_LOG.match(line)]
-    if kept:
-        sys.stderr.write("".join(kept))
-        sys.stderr.flush()
-
-
-def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
-    """Peak bytes allocated while ``fn()`` runs, beyond what was allocated before (see
-    :data:`MEMORY_METHOD`). The result of ``fn`` counts while it lives, then is dropped."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        result = fn()
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - before
-        del result
-        return int(peak)
-    from torch.profiler import ProfilerActivity, profile
-
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _allocator_only():
-        with _without_profiler_log():
-            prof.start()
-        try:
-            result = fn()
-            del result
-        finally:
-            with _without_profiler_log():
-                prof.stop()
-    # every allocation (+) and free (-) the CPU allocator reported, in time order
-    results: Any = prof.profiler.kineto_results if prof.profiler is not None else None
-    records = results.events() if results is not None else []
-    changes = sorted((e.start_ns(), e.nbytes()) for e in records if e.name() == "[memory]")
-    running = peak = 0
-    for _, change in changes:
-        running += change
-        peak = max(peak, running)
-    return int(peak)
 
 
 def _sync(device: torch.device) -> Callable[[], None]:

@@ -49,6 +49,9 @@ class Limits:
     tokens: int = 128  # of a text, in the chosen model's tokens
     body_bytes: int = 64 * 1024  # of a request's JSON body
     ablated: int = 512  # heads switched off at once
+    #: a client silent this long while sending a request (or between requests of one
+    #: connection) loses it: a stalled client cannot hold a server thread
+    seconds: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 Each request gets a thread, so the page stays answerable while a model loads; the models
 themselves run one request at a time (the shelf's lock). A request body is read only up to the
-app's limit. Bound to a loopback address, the server answers only requests whose ``Host`` is a
-loopback name: a web page elsewhere cannot reach it through a DNS name of its own pointed at
-127.0.0.1 (DNS rebinding).
+app's limit, and a client that stops sending for the app's ``limits.seconds`` loses its request
+(a JSON 408 when its body stalls) and its connection. Bound to a loopback address, the server
+answers only requests whose ``Host`` is a loopback name: a web page elsewhere cannot reach it
+through a DNS name of its own pointed at 127.0.0.1 (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import errno
 import ipaddress
 import logging
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +45,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.app.limits.seconds)
+
     def _answer(self, method: str) -> None:
         app = self.server.app
         if self.server.loopback and not self._host_is_loopback():
@@ -68,7 +74,17 @@ class _Handler(BaseHTTPRequestHandler):
                     json_response({"error": "send JSON (Content-Type: application/json)"}, 415)
                 )
                 return
-            body = self.rfile.read(length)
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                self.close_connection = True
+                seconds = app.limits.seconds
+                message = f"the request's body stalled: nothing came for {seconds:g} s"
+                self._send(json_response({"error": message}, 408))
+                return
+            if len(body) < length:  # the client closed its side early
+                self.close_connection = True
+                return
         try:
             response = app.handle(method, self.path, body)
         except Exception:  # a bug: the page hears of it in one line, the log has the trace
@@ -116,6 +132,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    #: connections waiting to be accepted: a page opens several at once, and under load the
+    #: standard library's 5 reset some of them
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], app: Explorer) -> None:
         self.app = app
@@ -123,6 +142,10 @@ class _Server(ThreadingHTTPServer):
         if ":" in address[0]:  # an IPv6 address
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client gone or stalled mid-answer: the log hears of it, stderr stays headlab's own
+        logger.info("the connection from %s ended: %s", client_address, sys.exc_info()[1])
 
 
 def make_server(app: Explorer, host: str = "127.0.0.1", port: int = 8000) -> _Server:

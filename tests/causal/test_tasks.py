@@ -83,8 +83,19 @@ GOOD = json.dumps(MARY.to_json())
         (json.dumps({**MARY.to_json(), "clean": ""}), "clean must be a non-empty string"),
         (json.dumps({**MARY.to_json(), "answer": "  "}), "answer must be a non-empty string"),
         (json.dumps({**MARY.to_json(), "meta": [1]}), "meta must be a JSON object"),
+        (GOOD[:-1] + ', "answer": " John"}', "the key 'answer' is given twice"),
     ],
-    ids=["not-json", "not-object", "missing-key", "number", "null", "empty", "blank", "meta"],
+    ids=[
+        "not-json",
+        "not-object",
+        "missing-key",
+        "number",
+        "null",
+        "empty",
+        "blank",
+        "meta",
+        "twice",
+    ],
 )
 def test_a_malformed_line_names_the_file_and_line(tmp_path: Path, line: str, says: str) -> None:
     path = tmp_path / "prompts.jsonl"
@@ -94,6 +105,15 @@ def test_a_malformed_line_names_the_file_and_line(tmp_path: Path, line: str, say
     message = str(info.value)
     assert f"{path}, line 3:" in message and says in message
     assert "\n" not in message
+
+
+def test_a_file_from_a_windows_editor_reads_as_written(tmp_path: Path) -> None:
+    """A UTF-8 BOM and CRLF line ends, as Notepad saves JSON Lines."""
+    path = tmp_path / "windows.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{GOOD}\r\n{GOOD}\r\n".encode())
+    assert read_prompts(path) == [
+        Prompt(**{**MARY.to_json(), "source": f"{path}, line {n}"}) for n in (1, 2)
+    ]
 
 
 def test_missing_and_empty_files_are_refused(tmp_path: Path) -> None:

@@ -122,18 +122,32 @@ def parse_prompt(obj: object, where: str = "") -> Prompt:
     )
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
 def read_prompts(path: str | Path) -> list[Prompt]:
     """The prompts of a JSON Lines file (blank lines skipped).
 
     Raises:
-        InputError: a missing or unreadable file, a line that is not JSON or lacks a field
-            (naming the file and line), or a file with no prompt.
+        InputError: a missing or unreadable file, a line that is not JSON, lacks a field or
+            gives one twice (naming the file and line), or a file with no prompt. A UTF-8 BOM
+            and CRLF line ends are read as a Windows editor writes them.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"prompt file {path} not found (expected a JSON Lines file)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a Windows editor's BOM too
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read prompt file {path}: {exc}") from exc
     prompts = []
@@ -142,9 +156,11 @@ def read_prompts(path: str | Path) -> list[Prompt]:
             continue
         where = f"{path}, line {number}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_no_duplicates)
         except json.JSONDecodeError as exc:
             raise _line_error(where, f"not JSON ({exc.msg})") from exc
+        except _DuplicateKey as exc:
+            raise _line_error(where, f"the key {exc.args[0]!r} is given twice") from None
         prompts.append(parse_prompt(obj, where))
     if not prompts:
         raise InputError(f"prompt file {path} has no prompts (expected one JSON object a line)")

@@ -25,7 +25,7 @@ def read_lines(path: Path, what: str) -> list[str]:
     r"""The lines of a UTF-8 text file (split on ``\n`` only, see :func:`split_lines`);
     ``what`` names the expected file in errors."""
     try:
-        return split_lines(path.read_text(encoding="utf-8"))
+        return split_lines(path.read_text(encoding="utf-8-sig"))
     except OSError as exc:
         raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

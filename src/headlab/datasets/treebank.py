@@ -68,7 +68,7 @@ def document_of(sent_id: str) -> str:
 def _blocks(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(first line number, lines) of each blank-line separated block."""
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open(encoding="utf-8-sig")
     except OSError as exc:
         raise InputError(f"cannot read treebank {path}: {exc.strerror}") from None
     with handle:
@@ -268,7 +268,7 @@ def read_frequencies(path: str | Path) -> Counter[str]:
         return word_frequencies(read_conllu(path))
     counts: Counter[str] = Counter()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise InputError(f"cannot read frequency table {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

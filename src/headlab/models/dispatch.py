@@ -156,7 +156,7 @@ def parse_device_map(text: str) -> str | dict[str, Device]:
                 f"module -> device; {text!r} is none of these"
             )
         try:
-            raw = path.read_text(encoding="utf-8")
+            raw = path.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"--device-map: cannot read {path} ({exc})") from None
         origin = str(path)

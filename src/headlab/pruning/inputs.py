@@ -54,7 +54,7 @@ def perplexity_halves(lm: LoadedModel, options: PruneOptions) -> tuple[Any, Any]
 
     source = options.text or sample_path("shakespeare")
     try:
-        text = Path(source).read_text(encoding="utf-8")
+        text = Path(source).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read --text {source}: {exc}") from None
     half = len(text) // 2

@@ -142,7 +142,7 @@ def train_file(
     """
     folder = check_output(out, overwrite=overwrite, kind=KIND)
     try:
-        content = Path(text).read_text(encoding="utf-8")
+        content = Path(text).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read --text {text}: {exc}") from None
     return train_language_model(

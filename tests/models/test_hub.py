@@ -1,13 +1,14 @@
-"""Model names from the local Hugging Face cache, offline.
+"""Model names: the Hugging Face cache, and downloads from the Hub.
 
-The cache is laid out by huggingface_hub itself: a child process downloads a tiny model with
-``hf_hub_download`` from a stand-in for the Hub's file API on the loopback address (the only
-network these tests touch), then headlab resolves the name with the network off.
+The cache is laid out by huggingface_hub itself: a child process downloads a tiny model from a
+stand-in for the Hub on the loopback address (the only network these tests touch), with
+``hf_hub_download``, or with headlab's own command where the download is what is tested.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -27,26 +28,72 @@ from headlab.models.hub import looks_like_repo_id
 REPO = "tiny-org/tiny-bert"
 
 
-def _server(repo: str, revisions: dict[str, tuple[str, Path]]) -> ThreadingHTTPServer:
-    """Serve ``/{repo}/resolve/{revision}/{file}`` (HEAD and GET) for each revision's folder."""
+def _server(
+    repo: str, revisions: dict[str, tuple[str, Path]], *, gated: str = "", log: list | None = None
+) -> ThreadingHTTPServer:
+    """A stand-in for the Hub on the loopback address, serving ``repo``'s revisions (each a
+    commit and a folder): the model info (``/api/models/{repo}/revision/{rev}``), the file tree
+    (``/api/models/{repo}/tree/{commit}``) and ``/{repo}/resolve/{rev}/{file}`` (HEAD and GET);
+    ``gated`` is a repository that answers as gated. Every request path goes to ``log``."""
     tables = {
         rev: (commit, {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()})
         for rev, (commit, folder) in revisions.items()
     }
+    by_commit = {commit: files for commit, files in tables.values()}
+    seen = log if log is not None else []
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
+        def _json(self, status: int, value: object, code: str = "") -> None:
+            data = json.dumps(value).encode()
+            self.send_response(status)
+            if code:
+                self.send_header("X-Error-Code", code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _api(self) -> None:
+            path = self.path.split("?")[0]
+            if path.startswith(f"/api/models/{gated}/") and gated:
+                self._json(401, {"error": "Access to this model is restricted"}, "GatedRepo")
+                return
+            if not path.startswith(f"/api/models/{repo}/"):
+                self._json(404, {"error": "Repository not found"}, "RepoNotFound")
+                return
+            kind, _, rev = path[len(f"/api/models/{repo}/") :].partition("/")
+            if kind == "revision" and rev in tables:
+                commit, files = tables[rev]
+                siblings = [{"rfilename": name} for name in sorted(files)]
+                self._json(200, {"id": repo, "sha": commit, "siblings": siblings})
+            elif kind == "tree" and rev in by_commit:
+                entries = [
+                    {"type": "file", "path": name, "size": len(data), "oid": _oid(data)}
+                    for name, data in sorted(by_commit[rev].items())
+                ]
+                self._json(200, entries)
+            else:
+                self._json(404, {"error": f"Invalid rev id: {rev}"}, "RevisionNotFound")
+
         def _answer(self, body: bool) -> None:
+            seen.append(self.path)
+            if self.path.startswith("/api/"):
+                self._api()
+                return
             prefix = f"/{repo}/resolve/"
             rev, _, name = self.path[len(prefix) :].partition("/")
-            if not self.path.startswith(prefix) or rev not in tables:
+            if not self.path.startswith(prefix) or (rev not in tables and rev not in by_commit):
                 self.send_response(404)
                 self.send_header("X-Error-Code", "RevisionNotFound")
                 self.end_headers()
                 return
-            commit, files = tables[rev]
+            if rev in tables:
+                commit, files = tables[rev]
+            else:
+                commit, files = rev, by_commit[rev]
             data = files.get(name)
             if data is None:
                 self.send_response(404)
@@ -55,7 +102,7 @@ def _server(repo: str, revisions: dict[str, tuple[str, Path]]) -> ThreadingHTTPS
                 return
             self.send_response(200)
             self.send_header("X-Repo-Commit", commit)
-            self.send_header("ETag", '"' + hashlib.sha1(data).hexdigest() + '"')
+            self.send_header("ETag", '"' + _oid(data) + '"')
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if body:
@@ -70,6 +117,10 @@ def _server(repo: str, revisions: dict[str, tuple[str, Path]]) -> ThreadingHTTPS
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def _oid(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()
 
 
 def _download(hf_home: Path, port: int, repo: str, revision: str, files: list[str]) -> None:
@@ -161,7 +212,7 @@ def test_a_folder_wins_and_revision_is_refused_for_folders(
 ) -> None:
     _, main, _ = hub_cache
     assert torch.equal(_hidden(str(main)), _hidden(main))
-    with pytest.raises(ModelLoadError, match="applies to cached model names"):
+    with pytest.raises(ModelLoadError, match="applies to Hugging Face model names"):
         load(main, revision="v2")
 
 
@@ -206,3 +257,69 @@ def test_the_commands_take_a_cached_name_and_its_revision(
     assert main(["heads", *sentence, "--model", "nobody/nothing"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "hf download nobody/nothing" in err
+
+
+def _headlab(args: list[str], hf_home: Path, port: int, *, online: bool = True):
+    """``headlab ARGS`` in a child whose Hub is the stand-in (``online``: downloads on)."""
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(hf_home))
+    env.pop("HF_HUB_CACHE", None)
+    if online:
+        env.pop("HF_HUB_OFFLINE", None)
+        env.pop("TRANSFORMERS_OFFLINE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "headlab", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_name_not_cached_is_downloaded_from_the_hub_unless_offline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from headlab.cli import main
+
+    folder = build("bert", tmp_path / "model", seed=3)
+    (folder / "pytorch_model.bin").write_bytes(b"not fetched: headlab reads safetensors")
+    log: list[str] = []
+    server = _server(REPO, {"main": ("c" * 40, folder)}, gated="gated-org/tiny", log=log)
+    sentence = ["heads", "The chef prepared the fish.", "--word", "prepared", "--json"]
+    sentence += ["--device", "cpu", "--model"]
+    try:
+        home = tmp_path / "hf-home"
+        first = _headlab([*sentence, REPO], home, server.server_port)
+        assert first.returncode == 0, first.stderr
+        assert f"downloading {REPO} from http://127.0.0.1:" in first.stderr
+        assert "Traceback" not in first.stderr
+        assert main([*sentence, str(folder)]) == 0
+        assert json.loads(first.stdout)["heads"] == json.loads(capsys.readouterr().out)["heads"]
+        snapshot = home / "hub" / "models--tiny-org--tiny-bert" / "snapshots" / ("c" * 40)
+        assert (snapshot / "config.json").is_file()
+        assert not (snapshot / "pytorch_model.bin").exists()  # what headlab reads, no more
+
+        def asked() -> int:  # the model's files and info (huggingface_hub asks for more)
+            return sum(REPO in path for path in log)
+
+        before = asked()  # cached now: no network call, the same answer
+        again = _headlab([*sentence, REPO], home, server.server_port)
+        assert again.returncode == 0 and again.stdout == first.stdout and asked() == before
+        assert "downloading" not in again.stderr and "Fetching" not in again.stderr
+
+        fresh = tmp_path / "empty-home"
+        for offline, env in ((["--offline"], True), ([], False)):
+            refused = _headlab([*sentence, REPO, *offline], fresh, server.server_port, online=env)
+            assert refused.returncode == 1 and asked() == before
+            (line,) = refused.stderr.strip().splitlines()
+            assert "downloads are off" in line and f"hf download {REPO}" in line
+
+        for name, says in (("gated-org/tiny", "is gated"), ("nobody/nothing", "not on the")):
+            refused = _headlab([*sentence, name], fresh, server.server_port)
+            assert refused.returncode == 1, refused.stderr
+            said, line = refused.stderr.strip().splitlines()  # what it tried, and why not
+            assert said.startswith(f"headlab: note: downloading {name}")
+            assert says in line and name in line, line
+        wrong = _headlab([*sentence, REPO, "--revision", "v7"], fresh, server.server_port)
+        assert wrong.returncode == 1 and "has no revision 'v7'" in wrong.stderr
+    finally:
+        server.shutdown()

@@ -21,8 +21,8 @@ from headlab.models.names import GGUF_MODELS
 MODEL_HELP = (
     "a model folder, tiny-shakespeare, "
     + ", ".join(f"{m.key} ({m.summary}, from {m.packages[0]})" for m in GGUF_MODELS.values())
-    + ", a .gguf file, or a model name in the local Hugging Face cache "
-    "(default: all-MiniLM-L6-v2)"
+    + ", a .gguf file, or a Hugging Face model name (downloaded into its cache the first time "
+    "unless --offline) (default: all-MiniLM-L6-v2)"
 )
 
 
@@ -30,7 +30,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--revision``, ``--device`` and ``--dtype`` to a command's parser."""
     parser.add_argument(
         "--revision",
-        help="with a model name from the Hugging Face cache: its branch, tag or commit",
+        help="with a Hugging Face model name: its branch, tag or commit",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="never download: a model name must be in the Hugging Face cache already (as "
+        "HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1)",
     )
     parser.add_argument(
         "--device",
@@ -106,6 +112,7 @@ def load_model(args: argparse.Namespace, **kwargs: Any) -> Any:
             dtype=dtype,
             device=device,
             revision=revision,
+            offline=bool(getattr(args, "offline", False)),
             placement=placement,
             notify=_notifier(args),
             **kwargs,

@@ -112,12 +112,13 @@ def locate(
     path: str | Path | None,
     *,
     revision: str | None = None,
+    offline: bool = False,
     notify: Callable[[str], None] | None = None,
 ) -> tuple[Path, str]:
     """The folder ``load`` reads ``path`` from, and the model's display name: the default
     model's package (for any of its names, :func:`headlab.models.names.resolve`), a ``.gguf``
-    file's converted folder, a bundled model, a cached Hub name's
-    snapshot, or the folder itself.
+    file's converted folder, a bundled model, a Hub name's snapshot (downloaded unless
+    ``offline``, :func:`headlab.models.hub.resolve`), or the folder itself.
 
     Raises:
         ModelLoadError: ``revision`` given for anything but a cached model name.
@@ -134,11 +135,12 @@ def locate(
         if str(path) in BUNDLED:
             folder = bundled_model_path(str(path), notify=notify)
             name = BUNDLED_NAMES[str(path)]
-        elif hub.looks_like_repo_id(str(path)):  # a model name: the local Hub cache
-            folder, name = hub.resolve_cached(str(path), revision=revision), str(path)
+        elif hub.looks_like_repo_id(str(path)):  # a model name: the Hub's cache, or the Hub
+            folder = hub.resolve(str(path), revision=revision, offline=offline, notify=notify)
+            name = str(path)
             revision = None
     if revision is not None:
         raise ModelLoadError(
-            f"--revision {revision!r} applies to cached model names, not to the folder {folder}"
+            f"--revision {revision!r} applies to Hugging Face model names, not to the folder {folder}"
         )
     return folder, name

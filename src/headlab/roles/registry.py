@@ -73,9 +73,9 @@ class Role:
         fallback: primary only where a head clears no other bar (the sink).
         repeats: its pattern shows only on a sentence that repeats itself (figures pick one).
         attends: for the report's decoder section, where such a head attends.
-        circuit_bar: the bar of its circuit class (:mod:`headlab.experiments.head_classes`)
-            where that class measures the role differently from the roles pass; ``None``: the
-            role has no circuit class.
+        circuit_bar: the bar of its circuit class (:mod:`headlab.experiments.head_classes`),
+            only where that class measures the role on other text than the roles pass does;
+            ``None``: the role's own bar (:attr:`class_bar`).
     """
 
     name: str
@@ -111,6 +111,11 @@ class Role:
     def threshold(self) -> str:
         """Its bar's name in ``Thresholds`` and in a result's ``thresholds``: ``previous_token``."""
         return self.name.replace("-", "_")
+
+    @property
+    def class_bar(self) -> float | None:
+        """The bar of its circuit class: :attr:`circuit_bar`, else the role's."""
+        return self.bar if self.circuit_bar is None else self.circuit_bar
 
     @property
     def circuit_class(self) -> str:
@@ -196,7 +201,6 @@ BUILTIN = (
         causal=True,
         repeats=True,
         attends="from a repeated token to the token that followed its earlier occurrence",
-        circuit_bar=0.3,
     ),
     Role(
         name="previous-token",
@@ -230,7 +234,6 @@ BUILTIN = (
         causal=True,
         repeats=True,
         attends="to an earlier copy of the same token",
-        circuit_bar=0.3,
     ),
 )
 

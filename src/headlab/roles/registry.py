@@ -38,6 +38,9 @@ from headlab.roles.probes import broad, delimiter, induction, positional, rare
 
 #: a probe's scores from its pass's sums: ``{name: (R+1, L, H)}``
 Scorer = Callable[[Sums], dict[str, torch.Tensor]]
+#: a probe's sums of one batch on the induction pass: ``collect(pattern (B, H, T, T), half,
+#: start) -> {key: (B, H)}``, added up as ``key.sum`` (:mod:`headlab.roles.repeated`)
+Collector = Callable[[torch.Tensor, int, int], dict[str, torch.Tensor]]
 #: a head's score by name on the whole data (``None``: missing or NaN)
 Value = Callable[[str], "float | None"]
 #: the passes over data that feed roles (:mod:`headlab.roles.measure`'s stages)
@@ -62,6 +65,10 @@ class Role:
             decided in :mod:`headlab.roles.scoring`).
         scorer: its probe's ``scores(sums)``; ``None`` for a tested role. Several roles may
             share one probe (delimiter and sink), which then runs once.
+        collect: its probe's sums of each batch, for a role fed by the induction pass, which
+            runs every registered role's (:data:`Collector`; shared ones once). The treebank
+            and GAP passes feed their probes themselves (:mod:`headlab.roles.passes`): a role
+            fed by them reads the sums they keep, or adds its probe's call there.
         needs: a key that must be in its pass's sums for it to be scored (an induction pass
             that ran no sequence has none).
         baseline: the score that is its chance level, shown as its baseline (``rare_chance``);
@@ -84,6 +91,7 @@ class Role:
     fed_by: str = "treebank"
     bar: float | None = None
     scorer: Scorer | None = None
+    collect: Collector | None = None
     needs: str | None = None
     baseline: str | None = None
     shows: tuple[str, ...] = ()
@@ -96,6 +104,8 @@ class Role:
     circuit_bar: float | None = None
 
     def __post_init__(self) -> None:
+        if self.collect is not None and self.fed_by != "induction":
+            raise InputError(f"role {self.name!r}: only the induction pass runs a role's collect")
         if self.fed_by not in PASSES:
             raise InputError(
                 f"role {self.name!r}: fed_by must be one of {PASSES}, not {self.fed_by!r}"
@@ -194,6 +204,7 @@ BUILTIN = (
         fed_by="induction",
         bar=0.3,
         scorer=induction.scores,
+        collect=induction.collect,
         needs="induction.n",
         shows=("induction", "copying"),
         detail=_copying,
@@ -210,6 +221,7 @@ BUILTIN = (
         # mean weight on the previous token: most of the head's weight (docs/roles.md)
         bar=0.5,
         scorer=induction.scores,
+        collect=induction.collect,
         needs="induction.n",
         shows=("previous-token",),
         causal=True,
@@ -229,6 +241,7 @@ BUILTIN = (
         # mean weight on the earlier occurrence of the same token, on induction's scale
         bar=0.3,
         scorer=induction.scores,
+        collect=induction.collect,
         needs="induction.n",
         shows=("duplicate-token",),
         causal=True,
@@ -350,6 +363,12 @@ def scorers(passes: Mapping[str, Sums | None]) -> list[tuple[Role, Scorer, Sums]
             continue
         out.append((r, r.scorer, sums))
     return out
+
+
+def collectors(fed_by: str) -> list[Collector]:
+    """The probes' per-batch sums of the roles ``fed_by`` a pass, each once, in order."""
+    found = (r.collect for r in _REGISTRY.values() if r.fed_by == fed_by)
+    return list(dict.fromkeys(c for c in found if c is not None))
 
 
 def score_names() -> tuple[str, ...]:

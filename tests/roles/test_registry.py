@@ -1,6 +1,7 @@
-"""The guide to a new role, tested: one :class:`~headlab.roles.registry.Role` registered in-process
-(a probe's score from a pass that exists, no other edit) is measured by ``headlab roles``, drawn
-in the report's legend and served by the explorer's API; unregistered, it is gone again."""
+"""The guide to a new role, tested: a probe and one :class:`~headlab.roles.registry.Role`
+registered in-process, no other edit, are measured by ``headlab roles`` (on the treebank pass
+and on the induction pass), drawn in the report's legend and served by the explorer's API;
+unregistered, the role is gone again."""
 
 from __future__ import annotations
 
@@ -17,17 +18,26 @@ from headlab.errors import InputError
 from headlab.roles import registry
 from headlab.roles.bootstrap import Sums
 from headlab.roles.classify import LETTERS, ROLES, Thresholds
-from headlab.roles.probes import positional
+from headlab.roles.geometry import Geometry
 
 #: the toy role's bar: below the weight of a random tiny model's heads on the previous token
 #: (their attention is about uniform over some 24 tokens: about 0.04)
 BAR = 0.02
 
 
+def previous_mass(weights: torch.Tensor, geo: Geometry, start: int) -> dict[str, torch.Tensor]:
+    """The toy probe, on the treebank pass: each block's weight on the previous token summed
+    over its real query rows, ``(B, H)`` from weights ``(B, H, t, S)`` of rows ``start..``."""
+    rows = torch.arange(start, start + weights.shape[2], device=weights.device)
+    has = rows >= 1  # the first token has no previous one
+    previous = weights[:, :, has.nonzero()[:, 0], rows[has] - 1]  # (B, H, t')
+    query = geo.query[:, None, start : start + weights.shape[2]][..., has]  # (B, 1, t')
+    return {"toy.previous": (previous * query).sum(-1)}
+
+
 def previous_weight(sums: Sums) -> dict[str, torch.Tensor]:
-    """The toy probe: the mean weight on the previous token, which the treebank pass already
-    sums for the positional probe, ``(R+1, L, H)``."""
-    return {"toy-previous": positional.scores(sums)["previous"]}
+    """The toy role's score: the mean weight on the previous token over real tokens."""
+    return {"toy-previous": sums.get("toy.previous") / sums.get("queries")[:, None, None]}
 
 
 TOY = registry.Role(
@@ -36,6 +46,7 @@ TOY = registry.Role(
     fed_by="treebank",
     bar=BAR,
     scorer=previous_weight,
+    collect=previous_mass,
     shows=("toy-previous",),
     detail=lambda value: f"toy {value('toy-previous') or 0.0:.2f}",
 )
@@ -64,7 +75,8 @@ def test_a_registered_role_is_measured_drawn_and_served(
         assert roles["thresholds"]["toy_previous"] == BAR
         scores = [h["scores"]["toy-previous"] for h in roles["heads"]]
         assert len(scores) == 8 and all(isinstance(s, float) for s in scores)
-        assert scores == [h["scores"]["previous"] for h in roles["heads"]]  # what it reads
+        # the positional probe measures the same weight its own way
+        assert scores == pytest.approx([h["scores"]["previous"] for h in roles["heads"]], abs=2e-4)
         assert all("toy-previous" in h["roles"] for h in roles["heads"])  # all clear its bar
         # the report's legend: its style in the page's data, a spare colour of its own
         out = tmp_path / "report"

@@ -38,9 +38,13 @@ from headlab.roles.probes import broad, delimiter, induction, positional, rare
 
 #: a probe's scores from its pass's sums: ``{name: (R+1, L, H)}``
 Scorer = Callable[[Sums], dict[str, torch.Tensor]]
-#: a probe's sums of one batch on the induction pass: ``collect(pattern (B, H, T, T), half,
-#: start) -> {key: (B, H)}``, added up as ``key.sum`` (:mod:`headlab.roles.repeated`)
-Collector = Callable[[torch.Tensor, int, int], dict[str, torch.Tensor]]
+#: a probe's sums of one batch on its pass, each ``{key: (B, H)}``, added up per item as
+#: ``key`` (the treebank pass) or ``key.sum`` (the induction pass); each pass has one calling
+#: convention: the treebank pass ``collect(weights (B, H, t, S), geo, start)`` for each block
+#: of query rows ``start..start+t`` (a :class:`~headlab.roles.geometry.Geometry`), the
+#: induction pass ``collect(pattern (B, H, T, T), half, start)`` for each layer
+#: (:mod:`headlab.roles.repeated`)
+Collector = Callable[..., dict[str, torch.Tensor]]
 #: a head's score by name on the whole data (``None``: missing or NaN)
 Value = Callable[[str], "float | None"]
 #: the passes over data that feed roles (:mod:`headlab.roles.measure`'s stages)
@@ -65,10 +69,11 @@ class Role:
             decided in :mod:`headlab.roles.scoring`).
         scorer: its probe's ``scores(sums)``; ``None`` for a tested role. Several roles may
             share one probe (delimiter and sink), which then runs once.
-        collect: its probe's sums of each batch, for a role fed by the induction pass, which
-            runs every registered role's (:data:`Collector`; shared ones once). The treebank
-            and GAP passes feed their probes themselves (:mod:`headlab.roles.passes`): a role
-            fed by them reads the sums they keep, or adds its probe's call there.
+        collect: its probe's sums of each batch (:data:`Collector`), which its pass runs for
+            every registered role that has one (a collector shared by roles runs once). The
+            treebank pass feeds the built-in probes itself, with what the engine hands it
+            besides the weights (each row's largest weight, entropy, masses); the GAP pass
+            runs none: a role fed by it reads the sums it keeps.
         needs: a key that must be in its pass's sums for it to be scored (an induction pass
             that ran no sequence has none).
         baseline: the score that is its chance level, shown as its baseline (``rare_chance``);
@@ -104,8 +109,8 @@ class Role:
     circuit_bar: float | None = None
 
     def __post_init__(self) -> None:
-        if self.collect is not None and self.fed_by != "induction":
-            raise InputError(f"role {self.name!r}: only the induction pass runs a role's collect")
+        if self.collect is not None and self.fed_by == "gap":
+            raise InputError(f"role {self.name!r}: the GAP pass runs no role's collect")
         if self.fed_by not in PASSES:
             raise InputError(
                 f"role {self.name!r}: fed_by must be one of {PASSES}, not {self.fed_by!r}"

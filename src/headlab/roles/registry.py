@@ -12,9 +12,10 @@ result's ``thresholds`` is the name with underscores (:attr:`Role.threshold`, a 
 identifier), and the circuit class of the same heads is the name with spaces
 (:attr:`Role.circuit_class`, as the IOI paper writes its classes). Both are derived, never typed.
 
-A new role fed by an existing pass (see docs/architecture.md, "A new role"): a probe module
-whose ``scores(sums)`` gives the role's score under the role's name, and one :class:`Role` in
-:data:`BUILTIN` (or :func:`register` at run time, as tests/roles/test_registry.py does).
+A new role fed by the treebank or the induction pass (docs/architecture.md, "A new role"): a
+probe module whose ``scores(sums)`` gives the role's score under the role's name (and, for
+sums of its own, whose ``collect`` its pass runs), and one :class:`Role` in :data:`BUILTIN`, or
+:func:`register` at run time, as tests/roles/test_registry.py does.
 
 Example:
     >>> from headlab.roles import registry

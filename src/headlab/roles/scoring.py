@@ -134,9 +134,8 @@ def evidence(
         raise InputError("the roles need the treebank pass's sums")
     scores: dict[str, torch.Tensor] = {}
     with_bar = registry.scorers(sums)
-    for role, scorer, pass_sums in with_bar:
-        if role.name not in scores:  # a probe that feeds several roles runs once
-            scores.update(scorer(pass_sums))
+    for scorer, pass_sums in {scorer: s for _, scorer, s in with_bar}.items():
+        scores.update(scorer(pass_sums))  # a probe that feeds several roles runs once
     syn = syntactic.scores(tb, offsets)
     # with folds, a relation decides roles only when each fold has enough of its arcs
     decide_on = tb.fold_rows if tb.n_folds else slice(0, 1)

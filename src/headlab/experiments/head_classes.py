@@ -33,16 +33,26 @@ from headlab.errors import InputError
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress
+from headlab.roles import registry
 from headlab.roles.classify import ROLES, UNCLASSIFIED
 
+#: the classes a role names too, in the order a head is checked against them, each with its
+#: evidence on these prompts; a class's name and bar are its role's (:mod:`headlab.roles.registry`
+#: says why previous token's bar differs from the role's)
+ROLE_CLASSES = (
+    (registry.role("induction"), "s2_to_after_s1"),
+    (registry.role("duplicate-token"), "s2_to_s1"),
+    (registry.role("previous-token"), "previous"),
+)
+INDUCTION, DUPLICATE, PREVIOUS_TOKEN = (role for role, _ in ROLE_CLASSES)
+#: each such class's bar on its evidence
+CLASS_BARS = {role.circuit_class: role.class_bar or 0.0 for role, _ in ROLE_CLASSES}
 #: the classes, in the order a head is checked against them
 CLASSES = (
     "name mover",
     "negative name mover",
     "s-inhibition",
-    "induction",
-    "duplicate token",
-    "previous token",
+    *(role.circuit_class for role, _ in ROLE_CLASSES),
     "unexplained",
 )
 #: a name mover's |direct logit attribution|, as a share of the largest head's
@@ -50,7 +60,7 @@ DLA_SHARE = 0.1
 #: mean attention weight that counts as "attends to" (a uniform row of these prompts: ~0.07)
 ATTENDS = 0.3
 #: mean attention to the previous token that makes a previous-token head
-PREVIOUS = 0.4
+PREVIOUS = CLASS_BARS[PREVIOUS_TOKEN.circuit_class]
 #: a name mover copies: the indirect object among the top 5 logits of what it reads there, in
 #: at least this share of the prompts (Wang et al.'s copying score)
 COPIES = 0.5
@@ -69,12 +79,12 @@ CLASS_RULES = {
     f"largest; attends to the indirect object at the end >= {ATTENDS}, more than to the subject",
     "s-inhibition": f"path patching into the queries of the {PATH_RECEIVERS} strongest name "
     f"movers: effect >= {PATH_SHARE} of the largest path there",
-    "induction": f"at the subject's second occurrence attends to the token after its first "
-    f">= {ATTENDS}, or headlab roles names it an induction head",
-    "duplicate token": f"at the subject's second occurrence attends to its first >= {ATTENDS}, "
-    "or headlab roles names it a duplicate-token head",
-    "previous token": f"mean attention to the previous token >= {PREVIOUS}, or headlab roles "
-    "names it a previous-token head",
+    INDUCTION.circuit_class: "at the subject's second occurrence attends to the token after "
+    f"its first >= {CLASS_BARS[INDUCTION.circuit_class]}, or headlab roles names it an induction head",
+    DUPLICATE.circuit_class: "at the subject's second occurrence attends to its first >= "
+    f"{CLASS_BARS[DUPLICATE.circuit_class]}, or headlab roles names it a duplicate-token head",
+    PREVIOUS_TOKEN.circuit_class: f"mean attention to the previous token >= {PREVIOUS}, or "
+    "headlab roles names it a previous-token head",
     "unexplained": "in the circuit; none of the measurements above",
 }
 
@@ -223,14 +233,15 @@ def classify(
             and (e["path_to_name_movers"] >= PATH_SHARE * best_path)
         ):
             kind = "s-inhibition"
-        elif (e["s2_to_after_s1"] or 0.0) >= ATTENDS or role == "induction":
-            kind = "induction"
-        elif (e["s2_to_s1"] or 0.0) >= ATTENDS or role == "duplicate-token":
-            kind = "duplicate token"
-        elif (e["previous"] or 0.0) >= PREVIOUS or role == "previous-token":
-            kind = "previous token"
-        else:
-            kind = "unexplained"
+        else:  # a role's class: its evidence here clears the class's bar, or roles names it
+            kind = next(
+                (
+                    r.circuit_class
+                    for r, key in ROLE_CLASSES
+                    if (e[key] or 0.0) >= CLASS_BARS[r.circuit_class] or role == r.name
+                ),
+                "unexplained",
+            )
         out[(layer, head)] = {"class": kind, **e, "role": role}
     return out
 

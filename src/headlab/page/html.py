@@ -43,9 +43,24 @@ def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
         "__CSS__": css,
         "__FIGURES__": figure_html,
         "__DATA__": safe_json(data),
+        "__ATTENDS__": html.escape(decoder_roles_prose()),
         "__JS__": js,
     }
     return fill(template, parts)
+
+
+def decoder_roles_prose() -> str:
+    """Where each causal role's head attends (the registry's ``attends``), for the prose of
+    the decoder section (``__ATTENDS__``): "an induction head attends from ..., a
+    previous-token head to ..."."""
+    from headlab.roles import registry  # torch: the explorer and circuit pages stay light
+
+    parts = []
+    for i, role in enumerate(r for r in registry.roles() if r.causal):
+        article = "an" if role.name[0] in "aeiou" else "a"
+        verb = "attends " if i == 0 else ""
+        parts.append(f"{article} {role.name} head {verb}{role.attends}")
+    return ", ".join(parts)
 
 
 #: the page's script, in order: the drawing of a head, the grid of heads and a head's evidence

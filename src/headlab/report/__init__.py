@@ -25,6 +25,7 @@ from headlab.report import figures
 from headlab.report.data import gather
 from headlab.report.decoder import companion
 from headlab.report.ledger import ledger_markdown
+from headlab.roles import registry
 from headlab.roles.measure import RoleReport
 
 logger = logging.getLogger(__name__)
@@ -141,8 +142,8 @@ def write_report(
     return out
 
 
-#: roles whose pattern shows only on a sentence that repeats itself
-REPEAT_ROLES = ("induction", "duplicate-token")
+#: roles whose pattern shows only on a sentence that repeats itself (the registry's ``repeats``)
+REPEAT_ROLES = registry.Names(lambda r: r.repeats)
 
 
 def _repeating_sentence(sentences: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -6,9 +6,9 @@ heads) gives way to an indirect-object prompt (Wang et al. 2022, "Interpretabili
 whose last word is where the name-mover circuit acts: "... John gave a drink to" -> "Mary".
 
 The decoder roles are read from the roles result, not listed here: every role the result counts
-that is not one of an encoder's (:data:`ENCODER_ROLES`) and that some head has a score for is a
-decoder role (``induction``, ``previous-token`` and ``duplicate-token`` today). A role the
-roles package adds later shows up on the page without a change here.
+that the registry (:mod:`headlab.roles.registry`) marks causal, or does not know, and that some
+head has a score for is a decoder role (``induction``, ``previous-token`` and
+``duplicate-token`` today). A role registered later shows up on the page without a change here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from headlab.layout.costs import compute_spec
 from headlab.models.names import BUNDLED_NAMES, DECODER, DEFAULT_MODEL_NAME, GGUF_MODELS
-from headlab.roles.classify import CAUSAL_ROLES, ROLES
+from headlab.roles import registry
 
 #: the decoder page's first viewer prompt (an IOI prompt) and the word it opens on (the last "to")
 DECODER_PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -30,7 +30,7 @@ REPEAT_PROMPT = (
     "Alice keeps a red kite and Bob keeps a blue boat."
 )
 #: roles every model is probed for; any other role in a roles result is a decoder's
-ENCODER_ROLES = tuple(role for role in ROLES if role not in CAUSAL_ROLES)
+ENCODER_ROLES = registry.Names(lambda r: not r.causal)
 #: a score that is not a role but belongs with the decoder roles when the result has it
 EXTRA_SCORES = ("copying",)
 #: heads listed per decoder role, best first
@@ -50,13 +50,11 @@ DECODER_FOLDER = decoder_folder(DECODER)
 
 
 def role_score(scores: dict[str, Any], role: str) -> float | None:
-    """A head's score for ``role``: under the role's own name (``induction``), with
-    underscores (``previous_token``), or under its first word (``previous``), whichever the
-    roles result uses first; ``None`` when it has none."""
-    for key in (role, role.replace("-", "_"), role.split("-")[0]):
-        value = scores.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+    """A head's score for ``role`` (under the role's own name, as every roles result keeps
+    it); ``None`` when it has none."""
+    value = scores.get(role)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
     return None
 
 
@@ -71,13 +69,14 @@ def decoder_roles(roles: dict[str, Any]) -> list[dict[str, Any]]:
     thresholds = roles.get("thresholds", {})
     out = []
     for role in roles["role_counts"]:
-        if role in ENCODER_ROLES or role == "unclassified":
+        if role in ENCODER_ROLES or role == registry.UNCLASSIFIED:
             continue
         scored = [(s, h) for h in heads if (s := role_score(h["scores"], role)) is not None]
         if not scored:  # not measured here (an encoder has no induction pass)
             continue
         scored.sort(key=lambda pair: -pair[0])
-        bar = thresholds.get(role.replace("-", "_"))
+        found = registry.get(role)
+        bar = thresholds.get(role.replace("-", "_") if found is None else found.threshold)
         out.append(
             {
                 "role": role,

@@ -1,10 +1,11 @@
 """From scores to roles: each head's primary role, or "unclassified".
 
 A role is open to a head when its score clears the role's bar: the literature's threshold
-(positional 0.9, delimiter 0.5, rare-token 0.5, broad 0.78 of the largest entropy, sink 0.5; on
-causal models induction 0.3, previous-token 0.5, duplicate-token 0.3) or, for syntactic and
-coreference heads, the best baseline plus a margin (10 points) *and* a significant difference
-on the same arcs (exact McNemar test, Benjamini-Hochberg q < 0.05).
+(each role's in :mod:`headlab.roles.registry`: positional 0.9, delimiter 0.5, rare-token 0.5,
+broad 0.78 of the largest entropy, sink 0.5; on causal models induction 0.3, previous-token 0.5,
+duplicate-token 0.3) or, for syntactic and coreference heads, the best baseline plus a margin
+(10 points) *and* a significant difference on the same arcs (exact McNemar test,
+Benjamini-Hochberg q < 0.05).
 
 The primary role, by one rule: among the open roles, the one whose score clears its bar by the
 largest share of the room left above it, ``(score - bar) / (1 - bar)`` (the bar of a tested
@@ -20,61 +21,49 @@ role a head clears stays listed (``HeadRole.roles``). A head that clears no bar 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from headlab.roles.geometry import BROAD_RATIO
+from headlab.errors import InputError
+from headlab.roles import registry
+from headlab.roles.registry import UNCLASSIFIED
 
-ROLES = (
-    "positional",
-    "delimiter",
-    "rare-token",
-    "syntactic",
-    "coreference",
-    "broad",
-    "sink",
-    "induction",
-    "previous-token",
-    "duplicate-token",
-)
+#: every registered role's name, in order (:mod:`headlab.roles.registry`; a role registered
+#: later is in it too)
+ROLES = registry.Names()
 #: roles measured on causal models only (an induction pass over repeated sequences)
-CAUSAL_ROLES = ("induction", "previous-token", "duplicate-token")
+CAUSAL_ROLES = registry.Names(lambda r: r.causal)
 #: roles primary only where a head clears no other bar: attention parked on the sink
-FALLBACK_ROLES = ("sink",)
-UNCLASSIFIED = "unclassified"
-LETTERS = {
-    "positional": "P",
-    "delimiter": "D",
-    "rare-token": "R",
-    "syntactic": "S",
-    "coreference": "C",
-    "broad": "B",
-    "sink": "K",
-    "induction": "I",
-    "previous-token": "T",
-    "duplicate-token": "U",
-    UNCLASSIFIED: "·",
-}
+FALLBACK_ROLES = registry.Names(lambda r: r.fallback)
+#: each role's letter, and unclassified's
+LETTERS = registry.Letters()
+
+
+def _bar(name: str) -> float:
+    bar = registry.role(name).bar
+    if bar is None:
+        raise TypeError(f"{name} is a tested role: it has a margin, not a bar")
+    return bar
 
 
 @dataclass(frozen=True, kw_only=True)
 class Thresholds:
-    """Bars a score must clear for each role (defaults from the papers named in each probe)."""
+    """Bars a score must clear for each role. The defaults of the roles with a bar are the
+    registry's (:mod:`headlab.roles.registry`, each with the paper behind it); a role
+    registered at run time without a field here clears its own :attr:`Role.bar
+    <headlab.roles.registry.Role.bar>` (:meth:`bar`)."""
 
-    positional: float = 0.9
-    delimiter: float = 0.5
-    rare_token: float = 0.5
+    positional: float = _bar("positional")
+    delimiter: float = _bar("delimiter")
+    rare_token: float = _bar("rare-token")
     syntactic_margin: float = 0.10
     coreference_margin: float = 0.10
-    broad: float = BROAD_RATIO
-    #: mean share of attention on the sink ([CLS], [SEP], BOS, EOS, the first position): more
-    #: than half, as Clark et al. (2019) counted BERT's heads on [SEP]
-    sink: float = 0.5
-    induction: float = 0.3
-    #: mean weight on the previous token: most of the head's weight (docs/roles.md)
-    previous_token: float = 0.5
-    #: mean weight on the earlier occurrence of the same token, on induction's scale
-    duplicate_token: float = 0.3
+    broad: float = _bar("broad")
+    sink: float = _bar("sink")
+    induction: float = _bar("induction")
+    previous_token: float = _bar("previous-token")
+    duplicate_token: float = _bar("duplicate-token")
     #: relations with fewer gold arcs than this do not make a head syntactic
     min_relation_count: int = 100
     #: a syntactic or coreference head must also beat its baseline on the same arcs with a
@@ -82,6 +71,23 @@ class Thresholds:
     significance: float = 0.05
     #: with folds, a head is named only when at least this share of folds gives it its role
     stable: float = 0.8
+
+    def bar(self, role: str) -> float:
+        """The bar of ``role`` (a role with a bar): its field here, else the registry's."""
+        found = registry.role(role)
+        value = getattr(self, found.threshold, found.bar)
+        if value is None:
+            raise InputError(f"{role} is a tested role: it has a margin, not a bar")
+        return float(value)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, and the bar of each registered role that has no field."""
+        extra = {
+            r.threshold: r.bar
+            for r in registry.roles()
+            if r.bar is not None and not hasattr(self, r.threshold)
+        }
+        return {**vars(self), **extra}
 
 
 @dataclass(frozen=True, kw_only=True)

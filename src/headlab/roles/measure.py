@@ -274,9 +274,7 @@ def _classify(
     if lm.causal:  # Olsson et al.'s OV eigenvalue score, from the weights
         copying = copying_scores(lm)
     evidence, scores, syn = score_evidence(
-        tb.sums,
-        gap_sums,
-        None if plan.induction is None else plan.induction.sums,
+        {stage.name: stage.sums for stage in plan.stages},
         options.thresholds,
         offsets=plan.offsets,
         relations=plan.relations,

@@ -22,6 +22,7 @@ from headlab.models.runner import Batch, stream_corpus
 from headlab.models.streaming import BlockConsumer
 from headlab.models.words import Alignment
 from headlab.progress import Progress
+from headlab.roles import registry
 from headlab.roles.bootstrap import Sums
 from headlab.roles.geometry import WordArgmaxStream, build_geometry
 from headlab.roles.options import RoleOptions
@@ -196,6 +197,8 @@ class TreebankBlocks(_Follows):
         sums.add("syntactic.count", idx, counts)
         sums.add("syntactic.baseline", idx, base)
         self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
+        #: the probes of registered roles fed by this pass beyond the built-in ones
+        self.probes = registry.collectors("treebank")
         # the delimiter masses, and word sums of short inputs, come out of the attention's own
         # product with the values (see headlab.models.streaming)
         self.dense_words = n_words * n_positions <= DENSE_WORDS
@@ -233,6 +236,7 @@ class TreebankBlocks(_Follows):
             positional.collect(weights, self.positional_geo, start, top=top),
             delimiter.collect(weights, geo, start, mass=mixed[..., : delimiter.N_COLUMNS]),
             broad.collect(weights, geo, start, entropy=entropy),
+            *(collect(weights, geo, start) for collect in self.probes),
         )
         for part in parts:
             for name, value in part.items():
@@ -401,6 +405,8 @@ class GapBlocks(_Follows):
         pronoun = pronoun.to(device)
         self.from_pronoun = geo.from_words[torch.arange(n_batch, device=device), pronoun]  # (B, T)
         self.layer_sums = _LayerSums(sums, lm.n_layers, idx, lm.n_heads)
+        #: the probes of registered roles fed by this pass beyond the built-in ones
+        self.probes = registry.collectors("treebank")
         self._seen: torch.Tensor | None = None  # (B, H, T): the pronoun's rows, as a word
         self._here = torch.device(device)
 

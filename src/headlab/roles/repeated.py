@@ -12,6 +12,7 @@ from headlab.errors import TooLongError
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.progress import Progress, stage
+from headlab.roles import registry
 from headlab.roles.bootstrap import Sums
 from headlab.roles.options import RoleOptions
 from headlab.roles.passes import Cursor
@@ -25,10 +26,13 @@ def induction_pass(
     cursor: Cursor | None = None,
     progress: Progress | None = None,
 ) -> None:
-    """Add the repeated random sequences' sums (:mod:`~headlab.roles.probes.induction`: the
-    induction, previous-token and duplicate-token weights) into ``sums``."""
+    """Add the repeated random sequences' sums into ``sums``: each registered role's probe
+    fed by this pass (:attr:`~headlab.roles.registry.Role.collect`; today
+    :mod:`~headlab.roles.probes.induction`: the induction, previous-token and duplicate-token
+    weights)."""
 
     cursor = cursor or Cursor()
+    probes = registry.collectors("induction")  # every role's this pass feeds, each once
 
     ids, start = induction.sequences(
         lm.tokenizer, options.induction_sequences, options.induction_length, options.seed
@@ -50,11 +54,12 @@ def induction_pass(
                 lm.model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
             sums.add("induction.n", items, torch.ones(len(items)))
             for layer in range(lm.n_layers):
-                values = induction.collect(cap.pattern(layer), options.induction_length, start)
-                for key, value in values.items():
-                    sums.add_layer(
-                        f"{key}.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
-                    )
+                pattern = cap.pattern(layer)  # (B, H, T, T)
+                for collect in probes:
+                    for key, value in collect(pattern, options.induction_length, start).items():
+                        sums.add_layer(
+                            f"{key}.sum", layer, lm.n_layers, items, value, n_heads=lm.n_heads
+                        )
             if cursor.after_batch is not None:
                 cursor.after_batch()
             report.advance(len(items))

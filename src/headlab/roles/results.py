@@ -178,7 +178,7 @@ class RoleReport:
             "folds": self.folds,
             "relation_set": list(RELATION_SET),
             "correction": "benjamini-hochberg",
-            "thresholds": vars(self.thresholds),
+            "thresholds": self.thresholds.to_json(),
             "data": self.data,
             "role_counts": self.role_counts(),
             "unstable": sum(1 for h in self.heads if h.stable is False),

@@ -4,24 +4,17 @@ baseline and stability, and the best head of each relation."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from headlab.roles import stats
+from headlab.errors import InputError
+from headlab.roles import registry, stats
 from headlab.roles.bootstrap import Sums
 from headlab.roles.classify import ROLES, UNCLASSIFIED, RoleEvidence, Thresholds, role_name
-from headlab.roles.probes import (
-    broad,
-    coreference,
-    delimiter,
-    induction,
-    positional,
-    rare,
-    syntactic,
-)
+from headlab.roles.probes import coreference, syntactic
 from headlab.roles.results import HeadRole, RelationRow
 
 
@@ -118,9 +111,7 @@ def syntactic_choice(
 
 
 def evidence(
-    tb: Sums,
-    gap: Sums | None,
-    ind: Sums | None,
+    sums: Mapping[str, Sums | None],
     thresholds: Thresholds,
     *,
     offsets: torch.Tensor,
@@ -130,24 +121,29 @@ def evidence(
 ) -> tuple[RoleEvidence, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Every role's score, baseline and bar for every row of the sums, and the tests behind them.
 
-    ``offsets`` ``(Rel, 2)``: the baseline offsets the pass counted with; ``present`` ``(L, H)``:
-    the heads the model has (a pruned layer has fewer): the families of the multiple-comparison
-    correction are made of them. ``copying`` ``(L, H)``: each head's OV copying score
-    (:mod:`headlab.roles.copying`; NaN where unknown), shown beside the induction score.
+    ``sums``: each pass's sums by name (:data:`~headlab.roles.registry.PASSES`; ``None`` or
+    missing: the pass did not run); each registered role with a bar is scored by its probe
+    from its pass's sums. ``offsets`` ``(Rel, 2)``: the baseline offsets the treebank pass
+    counted with; ``present`` ``(L, H)``: the heads the model has (a pruned layer has fewer):
+    the families of the multiple-comparison correction are made of them. ``copying``
+    ``(L, H)``: each head's OV copying score (:mod:`headlab.roles.copying`; NaN where
+    unknown), shown beside the induction score.
     """
+    tb, gap = sums["treebank"], sums.get("gap")
+    if tb is None:
+        raise InputError("the roles need the treebank pass's sums")
     scores: dict[str, torch.Tensor] = {}
-    scores.update(positional.scores(tb))
-    scores.update(delimiter.scores(tb))
-    scores.update(broad.scores(tb))
-    scores.update(rare.scores(tb))
+    with_bar = registry.scorers(sums)
+    for scorer, pass_sums in {scorer: s for _, scorer, s in with_bar}.items():
+        scores.update(scorer(pass_sums))  # a probe that feeds several roles runs once
     syn = syntactic.scores(tb, offsets)
-    shape = scores["positional"].shape  # (R+1, L, H)
     # with folds, a relation decides roles only when each fold has enough of its arcs
     decide_on = tb.fold_rows if tb.n_folds else slice(0, 1)
     choice = syntactic_choice(
         syn, relations, present, thresholds, decide_on=decide_on, bootstrap_rows=tb.bootstrap_rows
     )
     acc, base = choice["accuracy"], choice["baseline"]
+    shape = acc.shape  # (R+1, L, H)
     scores["syntactic"] = acc
     scores["syntactic_relation"] = choice["best"]
     for key in ("p", "q", "hits", "count"):
@@ -156,17 +152,10 @@ def evidence(
     baseline: dict[str, torch.Tensor] = {}
     bar: dict[str, torch.Tensor] = {}
 
-    def fixed(role: str, key: str, value: float) -> None:
-        score[role] = scores[key]
-        baseline[role] = torch.full(shape, value, dtype=torch.float64)
-        bar[role] = baseline[role]
-
-    fixed("positional", "positional", thresholds.positional)
-    fixed("delimiter", "delimiter", thresholds.delimiter)
-    fixed("rare-token", "rare-token", thresholds.rare_token)
-    fixed("broad", "broad", thresholds.broad)
-    fixed("sink", "sink", thresholds.sink)
-    baseline["rare-token"] = scores["rare_chance"]
+    for role, _, _ in with_bar:  # a literature bar: the baseline too, but for a chance level
+        score[role.name] = scores[role.name]
+        bar[role.name] = torch.full(shape, thresholds.bar(role.name), dtype=torch.float64)
+        baseline[role.name] = bar[role.name] if role.baseline is None else scores[role.baseline]
     score["syntactic"] = acc
     baseline["syntactic"] = base
     bar["syntactic"] = torch.where(choice["clears"], base + thresholds.syntactic_margin, torch.inf)
@@ -200,11 +189,6 @@ def evidence(
         bar["coreference"] = torch.where(
             c_clears, baseline["coreference"] + thresholds.coreference_margin, torch.inf
         )
-    if ind is not None and "induction.n" in ind:
-        scores.update(induction.scores(ind))
-        fixed("induction", "induction", thresholds.induction)
-        fixed("previous-token", "previous-token", thresholds.previous_token)
-        fixed("duplicate-token", "duplicate-token", thresholds.duplicate_token)
     if copying is not None:  # from the weights: the same in every row
         scores["copying"] = copying.to(torch.float64)[None].expand(shape).clone()
     return RoleEvidence(score=score, baseline=baseline, bar=bar), scores, syn
@@ -222,32 +206,6 @@ def _interval(
 
 def _number(v: float) -> float | None:
     return None if math.isnan(v) else v
-
-
-#: what a sink head's detail names, by the part of the sink with most of its attention
-SINK_LABELS = {"cls": "[CLS]", "sep": "[SEP]/BOS/EOS", "first": "the first token"}
-
-#: the scores a head's result lists, each of every head
-SCORE_NAMES = (
-    "positional",
-    "previous",
-    "next",
-    "delimiter",
-    "sink",
-    "cls",
-    "sep",
-    "first",
-    "punct",
-    "rare-token",
-    "syntactic",
-    "coreference",
-    "broad",
-    "entropy",
-    "induction",
-    "copying",
-    "previous-token",
-    "duplicate-token",
-)
 
 
 def _syntactic_proof(
@@ -359,9 +317,8 @@ def head_role(
         margin = None if score is None or baseline is None else score - baseline
     detail = ""
     proof: dict[str, Any] | None = None
-    if measured == "positional":
-        detail = f"offset {int(scores['positional_offset'][0, layer, h]):+d}"
-    elif measured == "syntactic":
+    described = registry.get(measured)
+    if measured == "syntactic":
         k = int(scores["syntactic_relation"][0, layer, h])
         relation, direction = relations[k // 2], syntactic.DIRECTIONS[k % 2]
         detail = f"{relation} {direction.replace('_', ' ')}"
@@ -370,23 +327,17 @@ def head_role(
         )
     elif measured == "coreference":
         proof = _coreference_proof(value, scores, (layer, h), score, baseline, bootstrap_rows)
-    elif measured == "delimiter":
-        detail = "punctuation"
-    elif measured == "sink":
-        parts = {p: value(p) or 0.0 for p in delimiter.SINK_PARTS}
-        detail = SINK_LABELS[max(parts, key=lambda p: parts[p])]
-    elif measured == "broad":
-        detail = f"{value('entropy') or 0.0:.2f} nats"
-    elif measured == "induction" and value("copying") is not None:
-        detail = f"copying {value('copying'):+.2f}"
+    elif described is not None and described.detail is not None:
+        detail = described.detail(value)
     if proof is None and measured in evidence.score:  # a literature bar, no baseline to test
         proof = {
             "probe": measured,
             "score": score,
             "bar": _number(float(evidence.bar[measured][0, layer, h])),
         }
-        if measured == "induction" and "copying" in scores:  # evidence shown, not required
-            proof["copying"] = value("copying")
+        for key in () if described is None else described.proof:  # shown, not required
+            if key in scores:
+                proof[key] = value(key)
     if stable is False:
         detail = f"unstable: {measured} in {folds:.0%} of folds" + (
             f" ({detail})" if detail else ""
@@ -401,7 +352,7 @@ def head_role(
         margin=margin,
         detail=detail,
         stability=stability,
-        scores={name: value(name) for name in SCORE_NAMES if name in scores},
+        scores={name: value(name) for name in registry.score_names() if name in scores},
         measured_role=measured,
         stable=stable,
         fold_agreement=folds,

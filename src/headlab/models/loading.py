@@ -374,17 +374,14 @@ def load(
         dtype: parameter dtype (float32 by default).
         device: where to put the model.
         with_lm_head: load a causal language model with its head (for perplexity).
-        revision: the revision (branch, tag or commit) of a model name; not for folders.
-        offline: never download: a model name must be in the cache already (as with
-            ``HF_HUB_OFFLINE=1``).
+        revision: a model name's branch, tag or commit; offline: never download it.
         placement: spread the model over GPUs, the CPU and disk (:mod:`headlab.models.dispatch`);
             ``device`` is then ignored.
         reads: what the model will be given: ``"text"`` (its tokenizer loads) or ``"images"``
             (no tokenizer; :mod:`headlab.models.images` reads the folder's image processor).
             A dual encoder such as CLIP loads only the tower that reads it
             (:func:`choose_tower`).
-        notify: told in one line when a GGUF file is converted (the first time only) or a
-            model is downloaded.
+        notify: told in one line when a GGUF file is converted or a model downloaded.
 
     Raises:
         ModelLoadError: missing or corrupt folder, no safetensors, no tokenizer.
@@ -396,7 +393,6 @@ def load(
     """
     if reads not in TOWERS:
         raise InputError(f"reads must be one of {', '.join(TOWERS)}, got {reads!r}")
-    # every read below is local_files_only; only ``locate`` may download a model name
     folder, name = locate(path, revision=revision, offline=offline, notify=notify)
     config_dict = check_folder(folder)
     model_type = config_dict.get("model_type") or "unknown"

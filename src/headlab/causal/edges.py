@@ -81,6 +81,7 @@ class EdgeRun:
         *,
         corrupt: torch.Tensor | None = None,
         left_out: torch.Tensor | None = None,
+        differentiable: bool = False,
     ) -> None:
         if (corrupt is None) != (left_out is None):
             raise ValueError("corrupt and left_out go together")
@@ -91,25 +92,46 @@ class EdgeRun:
         self.residual: dict[str, torch.Tensor] = {}
         self._diff: tuple[int, torch.Tensor] | None = None
         self._removers: list[Hook] = []
+        #: with ``differentiable``, the senders' writes stay in the autograd graph (a gradient
+        #: of the metric reaches ``left_out`` through every later sender), kept by first index
+        self.differentiable = differentiable
+        self._parts: dict[int, torch.Tensor] = {}
+        self._started = False  # a sender has been written in this run
 
     # ---------------------------------------------------------------- senders
     def _store(self, index: slice | int, value: torch.Tensor) -> None:
+        if self.differentiable:
+            start = index.start if isinstance(index, slice) else index
+            self._parts[start] = value if isinstance(index, slice) else value[None]
+            self._started = True
+            self._diff = None
+            return
+        self._started = True
         if self.values is None:
             shape = (len(self.graph.senders), *value.shape[-3:])
             self.values = torch.zeros(shape, dtype=value.dtype, device=value.device)
         self.values[index] = value.detach()
         self._diff = None  # the senders' differences change with every sender written
 
+    def _written(self, index: slice) -> torch.Tensor:
+        """``(s, B, T, E)``: the senders of ``index`` as written in this run."""
+        if not self.differentiable:
+            assert self.values is not None
+            return self.values[index]
+        starts = [k for k in sorted(self._parts) if index.start <= k < index.stop]
+        return torch.cat([self._parts[k] for k in starts])
+
     def _delta(self, upto: int, receivers: range) -> torch.Tensor | None:
         """``(r, B, T, E)``: the left-out edges' patch of ``receivers``, senders below
         ``upto``; ``None`` when none of their edges is left out."""
-        if self.left_out is None or self.corrupt is None or self.values is None:
+        if self.left_out is None or self.corrupt is None or not self._started:
             return None
         w = self.left_out[:upto, receivers.start : receivers.stop]  # (s, r)
         if not bool(w.any()):
             return None
         if self._diff is None or self._diff[0] != upto:  # q, k and v read the same senders
-            self._diff = (upto, self.corrupt[:upto].to(self.values) - self.values[:upto])
+            written = self._written(slice(0, upto))
+            self._diff = (upto, self.corrupt[:upto].to(written) - written)
         diff = self._diff[1]  # (s, B, T, E)
         return torch.einsum("sr,sbte->rbte", w.to(diff), diff)
 
@@ -147,9 +169,10 @@ class EdgeRun:
         assert norm is not None
 
         def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-            assert self.values is not None  # the heads were stored at the output projection
+            assert self._started  # the heads were stored at the output projection
             index = slice(senders.start, senders.stop)
-            self._store(index, norm.linear(self.values[index], args[0].detach()))
+            scale_from = args[0] if self.differentiable else args[0].detach()
+            self._store(index, norm.linear(self._written(index), scale_from))
 
         return hook
 

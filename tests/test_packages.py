@@ -1,9 +1,12 @@
 """Every package of headlab offers its names one way (:mod:`headlab._lazy`): listed once, loaded on
-use, none shadowed by a module."""
+use, none shadowed by a module; and what a command imports stays what it needs."""
 
 from __future__ import annotations
 
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +40,15 @@ def test_every_package_offers_its_names_one_way(package: str) -> None:
         assert getattr(module, name) is not None
     body = [line for line in source.splitlines() if line.startswith(("def ", "class "))]
     assert not body, f"{package}'s __init__ defines {body}: move them into a module"
+
+
+def test_circuit_does_not_import_the_roles_pipeline() -> None:
+    """``headlab circuit`` reads a cached roles run (headlab.cache), it measures none."""
+    code = (
+        "import sys, headlab.experiments.circuit_request; "
+        "print(sorted(m for m in sys.modules if m.startswith('headlab.roles.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    loaded = json.loads(out.stdout.replace("'", '"'))
+    assert "headlab.roles.measure" not in loaded and "headlab.roles.passes" not in loaded
+    assert "headlab.roles.workflow" not in loaded

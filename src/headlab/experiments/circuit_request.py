@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headlab.cache import cached_roles_path
 from headlab.causal.generators import builtin_prompts
 from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task
@@ -26,7 +27,6 @@ from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.roles.results import read_roles_json
-from headlab.roles.workflow import cached_roles_path
 
 #: built-in prompts drawn by default
 N_PROMPTS = 24

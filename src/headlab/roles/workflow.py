@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headlab.cache import cache_root
+from headlab.cache import cached_roles_path
 from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
 from headlab.datasets.gap import GapData
 from headlab.datasets.treebank import TreebankData
@@ -130,11 +130,6 @@ def run_roles(
         checkpoint=checkpoint,
         progress=progress,
     )
-
-
-def cached_roles_path(model: str) -> Path:
-    """Where the explorer looks for a cached roles run of the model named ``model``."""
-    return cache_root() / "roles" / f"{model.replace('/', '--')}.json"
 
 
 def keep_roles(data: dict[str, Any]) -> str | None:

@@ -14,11 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from headlab._lazy import exported
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: each top-level module or package of headlab and its floor (docs/architecture.md)
 FLOORS = {
     "_version": 0,
+    "_lazy": 0,
+    "request": 0,
     "errors": 0,
     "cache": 0,
     "outputs": 0,
@@ -41,7 +45,8 @@ FLOORS = {
     "serve": 8,
     "cli": 9,
     "__main__": 10,  # python -m headlab: the CLI
-    "": 10,  # headlab/__init__.py: the facade, imports anything on use
+    "api": 10,  # the front door's functions
+    "": 11,  # headlab/__init__.py: the front door, its names loaded on use
 }
 
 
@@ -96,7 +101,7 @@ def _walk(
                 prefix = child.module or ""
             for alias in child.names:
                 full = f"{prefix}.{alias.name}"
-                target = full if full in mods else prefix
+                target = full if full in mods else _defined_in(prefix, alias.name, mods)
                 yield Import(name, target, child.lineno, in_function, typing)
         else:
             inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -104,6 +109,15 @@ def _walk(
                 isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
             )
             yield from _walk(child, name, package, mods, in_function=inside, typing=unrun)
+
+
+def _defined_in(package: str, name: str, mods: dict[str, Path]) -> str:
+    """The module a package's lazy name comes from (headlab._lazy), else the package."""
+    path = mods.get(package)
+    if path is None or path.name != "__init__.py":
+        return package
+    module, _ = exported(path.read_text(encoding="utf-8")).get(name, (package, name))
+    return module if module in mods else package
 
 
 def top(module: str) -> str:
@@ -212,9 +226,6 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
 HEAVY = frozenset(
     {"torch", "transformers", "accelerate", "matplotlib", "safetensors", "spacy", "playwright"}
 )
-#: packages whose names load on first use (``__getattr__``): taking a name from one loads the
-#: model code behind it
-FACADES = {"headlab": frozenset({"torch"}), "headlab.models": frozenset({"torch"})}
 
 
 def heavy_on_import() -> dict[str, frozenset[str]]:
@@ -228,8 +239,6 @@ def heavy_on_import() -> dict[str, frozenset[str]]:
         root = imp.target.split(".")[0]
         if root in HEAVY:
             direct[imp.source].add(root)
-        elif imp.target in FACADES:
-            direct[imp.source] |= FACADES[imp.target]
         elif imp.target in MODULES:
             runs[imp.source].add(imp.target)
     for m in MODULES:  # importing headlab.a.b runs headlab/a/__init__.py first
@@ -255,8 +264,7 @@ def test_functions_import_headlab_only_to_stay_light() -> None:
     for imp in IMPORTS:
         if not imp.in_function:
             continue
-        brings = FACADES.get(imp.target) or heavy[imp.target]
-        if not brings - heavy[imp.source]:
+        if not heavy[imp.target] - heavy[imp.source]:
             where = MODULES[imp.source].relative_to(SRC)
             has = ", ".join(sorted(heavy[imp.source])) or "nothing heavy"
             wrong.append(

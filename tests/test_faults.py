@@ -219,7 +219,7 @@ def _drive(config_json: str) -> None:
     import headlab.cli.prune
     import headlab.cli.report
     import headlab.pruning.workflow
-    import headlab.report  # noqa: F401
+    import headlab.report.folder  # noqa: F401
 
     config = json.loads(config_json)
     window: dict[str, float] = {}  # seconds from the start of a write to the end of a run

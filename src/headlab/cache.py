@@ -18,3 +18,9 @@ def cache_root() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "headlab"
+
+
+def cached_roles_path(model: str) -> Path:
+    """Where a roles run of the model named ``model`` is kept for the explorer (and read by
+    ``headlab circuit`` as evidence): ``roles/<model>.json``, a ``/`` of a hub name as ``--``."""
+    return cache_root() / "roles" / f"{model.replace('/', '--')}.json"

@@ -82,7 +82,7 @@ def assert_roles_agree(roles: dict, patching: PatchingResult) -> None:
 def test_the_reports_patching_caption_names_each_disagreement() -> None:
     """``headlab report --patch`` on the induction task: the caption of the patching figure
     says which heads both call induction heads and each disagreement in words."""
-    from headlab.report import agreement_text
+    from headlab.report.folder import agreement_text
     from headlab.roles.classify import Thresholds
     from headlab.roles.results import HeadRole, RoleReport
 

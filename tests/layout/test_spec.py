@@ -11,8 +11,8 @@ import pytest
 
 from headlab.cli import main
 from headlab.errors import ConfigError, DataFormatError, InputError, ModelLoadError
-from headlab.layout import catalog, compute_spec, layout_from_config, load_spec
-from headlab.layout.catalog import find
+from headlab.layout import compute_spec, layout_from_config, load_spec
+from headlab.layout.catalog import catalog, find
 
 
 def test_llama_31_8b_kv_cache_per_token_by_hand() -> None:

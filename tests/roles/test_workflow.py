@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from headlab.cache import cached_roles_path
 from headlab.cli._args import MAX_REPLICATES as CLI_MAX
 from headlab.datasets import read_gap, read_treebank, sample_path
 from headlab.errors import InputError
@@ -15,7 +16,6 @@ from headlab.explore.roles import RoleSources
 from headlab.roles.folds import default_reliability
 from headlab.roles.workflow import (
     MAX_REPLICATES,
-    cached_roles_path,
     keep_roles,
     read_gold,
 )

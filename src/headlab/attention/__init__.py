@@ -23,17 +23,17 @@ Mask convention: **boolean, True means "may attend"** (the convention of
 so code ported from torch gives torch's answer.
 """
 
-from headlab.attention.kv_cache import KVCache
-from headlab.attention.masks import causal_mask
-from headlab.attention.module import AttentionOutput, MultiHeadAttention
-from headlab.attention.reference import HeadWeights, ReferenceResult, reference_attention
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "AttentionOutput",
-    "HeadWeights",
-    "KVCache",
-    "MultiHeadAttention",
-    "ReferenceResult",
-    "causal_mask",
-    "reference_attention",
-]
+from headlab._lazy import attach
+
+if TYPE_CHECKING:
+    from headlab.attention.kv_cache import KVCache as KVCache
+    from headlab.attention.masks import causal_mask as causal_mask
+    from headlab.attention.module import AttentionOutput as AttentionOutput
+    from headlab.attention.module import MultiHeadAttention as MultiHeadAttention
+    from headlab.attention.reference import HeadWeights as HeadWeights
+    from headlab.attention.reference import ReferenceResult as ReferenceResult
+    from headlab.attention.reference import reference_attention as reference_attention
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

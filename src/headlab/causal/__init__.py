@@ -2,28 +2,22 @@
 batched; attribution patching and integrated gradients), on tasks of clean and corrupted
 prompts. See docs/causal.md."""
 
-from headlab.causal.patching import (
-    LayerTable,
-    PatchingResult,
-    activation_patching,
-    attribution_patching,
-    layer_patching,
-    patch_heads,
-    run_patching,
-)
-from headlab.causal.tasks import Prompt, Task, encode_task, read_prompts, write_prompts
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "LayerTable",
-    "PatchingResult",
-    "Prompt",
-    "Task",
-    "activation_patching",
-    "attribution_patching",
-    "encode_task",
-    "layer_patching",
-    "patch_heads",
-    "read_prompts",
-    "run_patching",
-    "write_prompts",
-]
+from headlab._lazy import attach
+
+if TYPE_CHECKING:
+    from headlab.causal.patching import LayerTable as LayerTable
+    from headlab.causal.patching import PatchingResult as PatchingResult
+    from headlab.causal.patching import activation_patching as activation_patching
+    from headlab.causal.patching import attribution_patching as attribution_patching
+    from headlab.causal.patching import layer_patching as layer_patching
+    from headlab.causal.patching import patch_heads as patch_heads
+    from headlab.causal.patching import run_patching as run_patching
+    from headlab.causal.tasks import Prompt as Prompt
+    from headlab.causal.tasks import Task as Task
+    from headlab.causal.tasks import encode_task as encode_task
+    from headlab.causal.tasks import read_prompts as read_prompts
+    from headlab.causal.tasks import write_prompts as write_prompts
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -44,8 +44,8 @@ from typing import Any
 import torch
 
 from headlab.errors import InputError
-from headlab.models.circuits import layer_weights
 from headlab.models.loading import LoadedModel
+from headlab.models.ov import layer_weights
 
 KINDS = ("q", "k", "v")
 #: Gaussian draws averaged into each kind's baseline

@@ -36,8 +36,8 @@ from headlab.causal.graph import OutputNorm, build_graph
 from headlab.causal.norms import recognise_norm
 from headlab.causal.tasks import Task
 from headlab.errors import InputError
-from headlab.models.circuits import out_columns
 from headlab.models.loading import LoadedModel
+from headlab.models.ov import out_columns
 from headlab.models.patching import HeadOutputs
 from headlab.progress import NO_PROGRESS, Progress, stage
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from headlab.roles.folds import small_data_notes
 from headlab.text import Part, human_bytes, human_count
 
 __all__ = ["console", "emit_json", "human_bytes", "human_count", "show"]
@@ -80,8 +81,6 @@ def note(prog: str, line: str, kind: str = "note: ") -> None:
 def data_notes(prog: str, data: dict[str, Any], folds_off: str | None, replicates: int) -> None:
     """One line on stderr for each way the role statistics fell back on small data
     (:func:`headlab.roles.folds.small_data_notes`)."""
-    from headlab.roles.folds import small_data_notes
-
     for line in small_data_notes(data, folds_off, replicates):
         note(prog, line)
 
@@ -89,7 +88,7 @@ def data_notes(prog: str, data: dict[str, Any], folds_off: str | None, replicate
 def native_note(prog: str) -> None:
     """One line on stderr when headlab's native row kernels cannot be built here (not when
     they are off by design): head statistics then run on torch's ops alone, more slowly."""
-    from headlab.attention.blocks import cpu_kernels_missing
+    from headlab.attention.blocks.backend import cpu_kernels_missing
 
     reason = cpu_kernels_missing()
     if reason is not None:

@@ -17,7 +17,6 @@ from headlab.cli._causal import (
 from headlab.cli._model import load_model
 from headlab.cli._output import note, output
 from headlab.cli._progress import progress_for
-from headlab.outputs import write_text_atomic
 from headlab.page.circuit import circuit_html
 
 
@@ -92,21 +91,14 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from headlab.experiments.circuit import circuit_text
-    from headlab.experiments.circuit_request import CircuitRequest, run_circuit
+    from headlab.experiments.circuit_request import CircuitRequest
 
     circuit = request(CircuitRequest, args)  # every check before the model loads
     lm = load_model(args, with_lm_head=True)
     with progress_for(args, "headlab circuit") as progress:
-        data = run_circuit(lm, circuit, progress=progress, notify=_note)
-    page = None
-    if args.html:
-        page = circuit_html(data)  # built before any file is written
-    if args.figure:
-        from headlab.causal.figure import write_circuit
-
-        write_circuit(data, args.figure)
-    if page is not None:
-        write_text_atomic(args.html, page)
+        found = circuit.run(lm, progress, notify=_note)
+    data = found.to_json()
+    found.write(circuit, circuit_html(data) if args.html else None)  # the page built first
     output(args, data, lambda: circuit_text(data, args.top))
     return 0
 

@@ -154,29 +154,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-
     from headlab import distributed
-    from headlab.pruning.request import check_request, ready_model
     from headlab.pruning.results import PruneOptions
-    from headlab.pruning.workflow import run_pruning
+    from headlab.pruning.workflow import PruneRequest, PruneResult
 
     options = PruneOptions(**{f.name: getattr(args, f.name) for f in fields(PruneOptions)})
-    check_request(options, curve=args.curve, figure=args.figure is not None)
-    options.check()  # options and the output folder, before the model loads
-    lm = ready_model(lambda head: load_model(args, with_lm_head=head), options, args.model)
+    # options and the output folder, before the model loads
+    prune = PruneRequest(options=options, model=args.model, curve=args.curve, figure=args.figure)
+    lm = prune.ready(lambda head: load_model(args, with_lm_head=head))
     writer = distributed.writes()
-    if args.compare:
-        from headlab.pruning.methods import compare_methods
-
-        with progress_for(args, "headlab prune", draws=writer) as progress:
-            compared = compare_methods(lm, options, progress=progress)
+    with progress_for(args, "headlab prune", draws=writer) as progress:
+        result = prune.run(lm, progress)
+    if not isinstance(result, PruneResult):  # the importance methods compared
         if args.figure is not None:
             from headlab.report.figures import pruning_compare
 
-            pruning_compare(compared, Path(args.figure))
-        return _print(args, compared, compared=True)
-    with progress_for(args, "headlab prune", draws=writer) as progress:
-        result = run_pruning(lm, options, progress=progress)
+            pruning_compare(result.to_json(), Path(args.figure))
+        return _print(args, result.to_json(), compared=True)
     if not writer:
         return 0
     for line in result.notes:

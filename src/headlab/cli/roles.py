@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from headlab.cli._args import MAX_REPLICATES, integer, seed, text
+from headlab.cli._causal import request
 from headlab.cli._model import (
     MODEL_HELP,
     add_model_arguments,
@@ -119,47 +120,33 @@ def read_gold_of(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from headlab import distributed
-    from headlab.models.seq2seq import text_side
-    from headlab.roles.checkpoint import Checkpoint
     from headlab.roles.results import heads_csv
     from headlab.roles.summary import roles_text
-    from headlab.roles.workflow import keep_roles, roles_dtype, run_roles
+    from headlab.roles.workflow import RolesRequest, keep_roles, roles_dtype
 
     # under torchrun (WORLD_SIZE > 1) the ranks share the corpus; rank 0 writes the result
     with distributed.group(model_device(args)):
-        gold = read_gold_of(args)
+        quiet_downloads(args)
+        roles = request(RolesRequest, args)  # the gold data read, before the model loads
         args.dtype = roles_dtype(args.dtype, args.bf16)
-        checkpoint = None
-        if args.checkpoint is not None:
-            checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every)
         try:
             lm = load_model(args)  # a dual encoder (CLIP) loads its text tower alone
         except ModalityError as exc:
             raise ModalityError(
                 f"headlab roles measures heads on text (a treebank, GAP); {exc}", reads=exc.reads
             ) from None
-        lm = text_side(lm)  # roles are measured on text: an encoder-decoder's encoder
         writer = distributed.writes()
         if writer:
             native_note("headlab roles")
         # only the rank that writes draws (progress_for also checks RANK, set by torchrun)
         with progress_for(args, "headlab roles", draws=writer) as progress:
-            report = run_roles(
-                lm,
-                gold,
-                replicates=args.replicates,
-                seed=args.seed,
-                batch_tokens=args.batch_tokens,
-                checkpoint=checkpoint,
-                progress=progress,
-            )
+            report = roles.run(lm, progress)
         if writer:
-            data_notes("headlab roles", report.data, gold.folds_off, report.replicates)
+            data_notes("headlab roles", report.data, roles.gold.folds_off, report.replicates)
             data = report.to_json()
             kept = keep_roles(data)  # where headlab serve looks for it
             if kept:
                 note("headlab roles", kept)
             output(args, data, lambda: roles_text(report), lambda: heads_csv(report))
-        if checkpoint is not None:  # the result is out: the checkpoint has served
-            checkpoint.remove()
+        roles.finish()
         return 0

@@ -4,28 +4,21 @@ The samples behind the default commands live in ``headlab/datasets/samples`` wit
 (see ``samples/ATTRIBUTION.md``); full data sets are read from wherever the user keeps them.
 """
 
-from headlab.datasets.gap import GapExample, read_gap
-from headlab.datasets.samples import sample_path
-from headlab.datasets.stsb import StsPair, read_stsb
-from headlab.datasets.treebank import (
-    TreebankData,
-    TreebankSentence,
-    read_conllu,
-    read_frequencies,
-    read_treebank,
-    word_frequencies,
-)
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "GapExample",
-    "StsPair",
-    "TreebankData",
-    "TreebankSentence",
-    "read_conllu",
-    "read_frequencies",
-    "read_gap",
-    "read_stsb",
-    "read_treebank",
-    "sample_path",
-    "word_frequencies",
-]
+from headlab._lazy import attach
+
+if TYPE_CHECKING:
+    from headlab.datasets.bundled import sample_path as sample_path
+    from headlab.datasets.gap import GapExample as GapExample
+    from headlab.datasets.gap import read_gap as read_gap
+    from headlab.datasets.stsb import StsPair as StsPair
+    from headlab.datasets.stsb import read_stsb as read_stsb
+    from headlab.datasets.treebank import TreebankData as TreebankData
+    from headlab.datasets.treebank import TreebankSentence as TreebankSentence
+    from headlab.datasets.treebank import read_conllu as read_conllu
+    from headlab.datasets.treebank import read_frequencies as read_frequencies
+    from headlab.datasets.treebank import read_treebank as read_treebank
+    from headlab.datasets.treebank import word_frequencies as word_frequencies
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -1,16 +1,24 @@
-"""Measured experiments: what heads cost at a fixed width (:mod:`~headlab.experiments.cost`), and
-one head against many, trained on tasks that need several (:mod:`~headlab.experiments.one_vs_many`)."""
+"""Measured experiments that combine analyses.
 
-from __future__ import annotations
+- :mod:`~headlab.experiments.cost` (and ``cost_text``, ``peak``): what heads cost at a fixed
+  width, in time and peak memory.
+- :mod:`~headlab.experiments.one_vs_many`: one head against many, trained on tasks that need
+  several (:mod:`~headlab.experiments.induction`: the induction toy).
+- :mod:`~headlab.experiments.circuit_request` (and ``circuit``, ``head_classes``): a
+  behaviour's circuit found and measured, its heads named from evidence (``headlab circuit``).
+- :mod:`~headlab.experiments.agreement`: roles checked against patching.
+"""
 
-from headlab.experiments.cost import CostOptions, CostResult, loop_over_heads, run_cost
-from headlab.experiments.one_vs_many import GridConfig, one_vs_many
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "CostOptions",
-    "CostResult",
-    "GridConfig",
-    "loop_over_heads",
-    "one_vs_many",
-    "run_cost",
-]
+from headlab._lazy import attach
+
+if TYPE_CHECKING:
+    from headlab.experiments.circuit_request import CircuitRequest as CircuitRequest
+    from headlab.experiments.cost import CostOptions as CostOptions
+    from headlab.experiments.cost import CostResult as CostResult
+    from headlab.experiments.cost import loop_over_heads as loop_over_heads
+    from headlab.experiments.cost import run_cost as run_cost
+    from headlab.experiments.one_vs_many import GridConfig as GridConfig
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

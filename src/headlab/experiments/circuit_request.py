@@ -3,7 +3,8 @@ the discovery and held-out prompts drawn, the roles run read as evidence, and th
 (:func:`headlab.experiments.circuit.find_circuit`).
 
 ``headlab circuit`` builds a :class:`CircuitRequest` (its checks run then), loads the model,
-calls :func:`run_circuit`, writes the page and figure asked for, and prints the JSON or
+calls :meth:`CircuitRequest.run`, writes the page and figure asked for
+(:meth:`CircuitRun.write`), and prints the JSON or
 :func:`~headlab.experiments.circuit.circuit_text`.
 """
 
@@ -14,19 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headlab.cache import cached_roles_path
+from headlab.causal.figure import write_circuit
 from headlab.causal.generators import builtin_prompts
 from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task
 from headlab.causal.request import check_model, check_outputs
 from headlab.causal.tasks import encode_task, read_prompts
 from headlab.errors import DataFormatError, InputError
-from headlab.experiments.circuit import find_circuit
+from headlab.experiments.circuit import CircuitResult, find_circuit
 from headlab.experiments.head_classes import roles_by_head
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
+from headlab.outputs import write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.roles.results import read_roles_json
-from headlab.roles.workflow import cached_roles_path
 
 #: built-in prompts drawn by default
 N_PROMPTS = 24
@@ -73,6 +76,10 @@ class CircuitRequest:
     figure: str | None = None
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The checks of the class docstring, before any model loads."""
         check_outputs([("--html", self.html, ".html"), ("--figure", self.figure, ".png")])
         if self.html and self.figure and Path(self.html).resolve() == Path(self.figure).resolve():
             raise InputError("--html and --figure name the same file")
@@ -101,6 +108,38 @@ class CircuitRequest:
             if given:
                 read_prompts(given)
 
+    def run(
+        self,
+        lm: LoadedModel,
+        progress: Progress = NO_PROGRESS,
+        *,
+        notify: Callable[[str], None] = lambda note: None,
+    ) -> CircuitRun:
+        """The circuit this request asks for in ``lm`` (:func:`run_circuit`)."""
+        return run_circuit(lm, self, progress=progress, notify=notify)
+
+
+@dataclass(frozen=True, eq=False)
+class CircuitRun:
+    """A ``headlab circuit`` run: the circuit found and ``roles_from``, the path of the roles
+    run used as evidence (``None``: none)."""
+
+    result: CircuitResult
+    roles_from: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``headlab circuit --json``: :meth:`CircuitResult.to_json` and ``roles_from``."""
+        return {**self.result.to_json(), "roles_from": self.roles_from}
+
+    def write(self, request: CircuitRequest, page: str | None = None) -> None:
+        """Write the files ``request`` asks for, each atomically: the circuit's PNG graph at
+        ``request.figure`` and ``page`` at ``request.html`` (the page's text, built a floor
+        above by :func:`headlab.page.circuit.circuit_html` before anything is written)."""
+        if request.figure:
+            write_circuit(self.to_json(), request.figure)
+        if request.html and page is not None:
+            write_text_atomic(request.html, page)
+
 
 def run_circuit(
     lm: LoadedModel,
@@ -108,10 +147,10 @@ def run_circuit(
     *,
     progress: Progress = NO_PROGRESS,
     notify: Callable[[str], None] = lambda note: None,
-) -> dict[str, Any]:
-    """The circuit of ``request`` in ``lm``, as JSON (:meth:`CircuitResult.to_json` and
-    ``roles_from``, the roles run used as evidence); ``notify`` hears, in a line each, of a
-    roles run of another model and of a target no circuit measured reaches."""
+) -> CircuitRun:
+    """The circuit of ``request`` in ``lm`` and the roles run used as evidence; ``notify``
+    hears, in a line each, of a roles run of another model and of a target no circuit
+    measured reaches."""
 
     name, n = request.task or "ioi", request.n or N_PROMPTS
     task = as_task(lm, request.prompts or name, n=n, seed=request.seed)
@@ -136,14 +175,15 @@ def run_circuit(
         roles=roles,
         progress=progress,
     )
-    data = {**result.to_json(), "roles_from": roles_from}
+    run = CircuitRun(result, roles_from)
     if not result.reached:
+        data = run.to_json()
         notify(
             f"no circuit measured reaches {request.target:.0%} of the logit difference; kept "
             f"the most faithful, {data['circuit']['edges']} edges at "
             f"{data['circuit']['faithfulness']:.1%} (try more --sizes)"
         )
-    return data
+    return run
 
 
 def _roles(

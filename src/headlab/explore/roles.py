@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from headlab.cache import cached_roles_path
 from headlab.errors import DataFormatError, InputError
 from headlab.page.panel import panel_head
 from headlab.roles.results import read_roles_json
-from headlab.roles.workflow import cached_roles_path
 
 
 def read_roles(path: str | Path) -> dict[str, Any]:

@@ -7,30 +7,21 @@ Example:
     131072
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from headlab.layout.attention import MLA, AttentionLayout, layout_from_config, read_config
-from headlab.layout.catalog import CatalogEntry, catalog, find, resolve
-from headlab.layout.costs import HeadSpec, compute_spec, dtype_bytes
+from headlab._lazy import attach
 
+if TYPE_CHECKING:
+    from headlab.layout.attention import MLA as MLA
+    from headlab.layout.attention import AttentionLayout as AttentionLayout
+    from headlab.layout.attention import layout_from_config as layout_from_config
+    from headlab.layout.attention import read_config as read_config
+    from headlab.layout.catalog import CatalogEntry as CatalogEntry
+    from headlab.layout.catalog import find as find
+    from headlab.layout.catalog import load_spec as load_spec
+    from headlab.layout.catalog import resolve as resolve
+    from headlab.layout.costs import HeadSpec as HeadSpec
+    from headlab.layout.costs import compute_spec as compute_spec
+    from headlab.layout.costs import dtype_bytes as dtype_bytes
 
-def load_spec(name_or_path: str, *, context: int = 8192, dtype: str = "bf16") -> HeadSpec:
-    """The :class:`HeadSpec` of a catalog model, a config.json file or a model folder."""
-    _, config = resolve(name_or_path)
-    return compute_spec(layout_from_config(config), context=context, dtype=dtype)
-
-
-__all__ = [
-    "MLA",
-    "AttentionLayout",
-    "CatalogEntry",
-    "HeadSpec",
-    "catalog",
-    "compute_spec",
-    "dtype_bytes",
-    "find",
-    "layout_from_config",
-    "load_spec",
-    "read_config",
-    "resolve",
-]
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

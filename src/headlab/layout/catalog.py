@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from headlab.errors import InputError
-from headlab.layout.attention import read_config
+from headlab.layout.attention import layout_from_config, read_config
+from headlab.layout.costs import HeadSpec, compute_spec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,3 +55,9 @@ def resolve(name_or_path: str) -> tuple[str, dict[str, Any]]:
         return name_or_path, read_config(path)  # raises: no such file
     entry = find(name_or_path)
     return entry.name, entry.config
+
+
+def load_spec(name_or_path: str, *, context: int = 8192, dtype: str = "bf16") -> HeadSpec:
+    """The :class:`HeadSpec` of a catalog model, a config.json file or a model folder."""
+    _, config = resolve(name_or_path)
+    return compute_spec(layout_from_config(config), context=context, dtype=dtype)

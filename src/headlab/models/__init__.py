@@ -10,74 +10,32 @@ Example:
     torch.Size([1, 2, 8, 8])
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from headlab._lazy import attach
 
 if TYPE_CHECKING:
-    from headlab.models.adapters import adapter_for
-    from headlab.models.analysis import WordAttention, mean_head_outputs, word_attention
-    from headlab.models.capture import HeadCapture, attention_pattern
-    from headlab.models.loading import LoadedModel, load, wrap
-    from headlab.models.names import DEFAULT_MODEL_NAME, default_model_path
-    from headlab.models.runner import Batch, Skipped, encode, run_corpus, stream_corpus
-    from headlab.models.streaming import BlockConsumer, StreamingAttention
-    from headlab.models.words import Alignment, align, split_words, word_pattern
+    from headlab.models.adapters import adapter_for as adapter_for
+    from headlab.models.analysis import WordAttention as WordAttention
+    from headlab.models.analysis import mean_head_outputs as mean_head_outputs
+    from headlab.models.analysis import word_attention as word_attention
+    from headlab.models.capture import HeadCapture as HeadCapture
+    from headlab.models.capture import attention_pattern as attention_pattern
+    from headlab.models.loading import LoadedModel as LoadedModel
+    from headlab.models.loading import load as load
+    from headlab.models.loading import wrap as wrap
+    from headlab.models.names import DEFAULT_MODEL_NAME as DEFAULT_MODEL_NAME
+    from headlab.models.names import default_model_path as default_model_path
+    from headlab.models.runner import Batch as Batch
+    from headlab.models.runner import Skipped as Skipped
+    from headlab.models.runner import encode as encode
+    from headlab.models.runner import run_corpus as run_corpus
+    from headlab.models.runner import stream_corpus as stream_corpus
+    from headlab.models.streaming import BlockConsumer as BlockConsumer
+    from headlab.models.streaming import StreamingAttention as StreamingAttention
+    from headlab.models.words import Alignment as Alignment
+    from headlab.models.words import align as align
+    from headlab.models.words import split_words as split_words
+    from headlab.models.words import word_pattern as word_pattern
 
-#: where each name of the package lives: imported on first use, so that the light modules
-#: (``names``, ``gguf``) load without torch
-_WHERE = {
-    "Alignment": "words",
-    "Batch": "runner",
-    "BlockConsumer": "streaming",
-    "DEFAULT_MODEL_NAME": "names",
-    "HeadCapture": "capture",
-    "LoadedModel": "loading",
-    "Skipped": "runner",
-    "StreamingAttention": "streaming",
-    "WordAttention": "analysis",
-    "adapter_for": "adapters",
-    "align": "words",
-    "attention_pattern": "capture",
-    "default_model_path": "names",
-    "encode": "runner",
-    "load": "loading",
-    "mean_head_outputs": "analysis",
-    "run_corpus": "runner",
-    "split_words": "words",
-    "stream_corpus": "runner",
-    "word_attention": "analysis",
-    "word_pattern": "words",
-    "wrap": "loading",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'headlab.models' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"headlab.models.{_WHERE[name]}"), name)
-
-
-__all__ = [
-    "DEFAULT_MODEL_NAME",
-    "Alignment",
-    "Batch",
-    "BlockConsumer",
-    "HeadCapture",
-    "LoadedModel",
-    "Skipped",
-    "StreamingAttention",
-    "WordAttention",
-    "adapter_for",
-    "align",
-    "attention_pattern",
-    "default_model_path",
-    "encode",
-    "load",
-    "mean_head_outputs",
-    "run_corpus",
-    "split_words",
-    "stream_corpus",
-    "word_attention",
-    "word_pattern",
-    "wrap",
-]
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -27,7 +27,7 @@ from headlab.errors import (
     UnsupportedModelError,
 )
 from headlab.layout.attention import AttentionLayout, layout_from_config
-from headlab.models.adapters import Adapter, LayerHandles, adapter_for
+from headlab.models.adapters import Adapter, LayerHandles, adapter_for, shim_for
 from headlab.models.dispatch import Placement, empty_model, main_device, resolve
 from headlab.models.folder import check_folder, check_loading_info, locate
 from headlab.models.interface import implementation_for, register
@@ -108,7 +108,7 @@ class LoadedModel:
     def max_positions(self) -> int | None:
         """Longest input in tokens the model accepts (``None`` when unbounded)."""
         limit = self.layout.max_positions
-        return None if limit is None else limit - self.adapter.reserved_positions(self.model.config)
+        return None if limit is None else limit - self.adapter.reserved_positions()
 
 
 def _switch(model: Any) -> None:
@@ -222,9 +222,13 @@ def wrap(
             discovery cannot map (one line naming what was looked for).
     """
     register()
-    if not uses_interface(type(model)):
+    shim = shim_for(getattr(model.config, "model_type", None))
+    if shim is not None:  # the family's attention bypasses the interface: its shim routes it
+        shim(model)
+    elif not uses_interface(type(model)):
         raise UnsupportedModelError(not_through_interface(type(model)))
-    _switch(model)
+    else:
+        _switch(model)
     adapter = adapter_for(model)
     layout = _layout(model.config, adapter, name)
     device_map = getattr(model, "hf_device_map", None)
@@ -320,11 +324,11 @@ def _tokenizer(folder: Path, common: _LocalOnly) -> Any:
     return tokenizer
 
 
-def _weights_error(exc: Exception, folder: Path, attn: str, model_class: Any) -> Exception:
+def _weights_error(exc: Exception, folder: Path, attn: str | None, model_class: Any) -> Exception:
     """What loading the weights failing means, in one line: a family that refuses headlab's
     attention function, or transformers' own message, shortened."""
     # Falcon looks the implementation up in its own table; DeBERTa-v2, MPNet, BLOOM refuse it
-    refused = (isinstance(exc, KeyError) and attn in str(exc)) or (
+    refused = (isinstance(exc, KeyError) and attn is not None and attn in str(exc)) or (
         isinstance(exc, ValueError) and "does not support an attention implementation" in str(exc)
     )
     if refused and model_class is not None:
@@ -418,9 +422,10 @@ def load(
     tower_config = None  # a dual encoder's (CLIP's) text or vision config, when one tower loads
     if model_class is not None:
         model_class, tower_config = choose_tower(hf_config, model_class, reads, name)
-    if model_class is not None and not uses_interface(model_class):
+    shimmed = shim_for(model_type) is not None  # routed by its shim once loaded (wrap)
+    if model_class is not None and not shimmed and not uses_interface(model_class):
         raise UnsupportedModelError(not_through_interface(model_class))  # before the weights
-    attn = implementation_for(model_class)
+    attn = None if shimmed else implementation_for(model_class)
     common: _LocalOnly = {"local_files_only": True, "trust_remote_code": False}
     # an image model reads pixels: its image processor is for the caller
     tokenizer = _tokenizer(folder, common) if reads == "text" else None

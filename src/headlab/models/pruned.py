@@ -54,7 +54,7 @@ def load_pruned_weights(model: Any, folder: Path, adapter: Any, config: dict[str
 
     info = config[PRUNED_KEY]
     base = getattr(model, "base_model", model)
-    layers = adapter.layers(base)
+    layers = adapter.layers()
     n_layers = len(layers)
     heads = _counts(info, "heads_per_layer", n_layers, folder)
     kv_heads = _counts(info, "kv_heads_per_layer", n_layers, folder)

@@ -34,42 +34,25 @@ Linux or macOS, when the build fails or the cache or library is refused, :func:`
 returns ``None`` and :func:`why_not` says why.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from headlab.native.build import (
-    by_choice,
-    cache_dir,
-    fused_scores,
-    kernels,
-    l2_bytes,
-    parallel,
-    reset,
-    why_not,
-)
-from headlab.native.calls import (
-    WordTable,
-    attend_rows,
-    pointer,
-    positional_rows,
-    row_pointer,
-    softmax_rows,
-    word_argmax_rows,
-)
+from headlab._lazy import attach
 
-__all__ = [
-    "WordTable",
-    "attend_rows",
-    "by_choice",
-    "cache_dir",
-    "fused_scores",
-    "kernels",
-    "l2_bytes",
-    "parallel",
-    "pointer",
-    "positional_rows",
-    "reset",
-    "row_pointer",
-    "softmax_rows",
-    "why_not",
-    "word_argmax_rows",
-]
+if TYPE_CHECKING:
+    from headlab.native.build import by_choice as by_choice
+    from headlab.native.build import cache_dir as cache_dir
+    from headlab.native.build import fused_scores as fused_scores
+    from headlab.native.build import kernels as kernels
+    from headlab.native.build import l2_bytes as l2_bytes
+    from headlab.native.build import parallel as parallel
+    from headlab.native.build import reset as reset
+    from headlab.native.build import why_not as why_not
+    from headlab.native.calls import WordTable as WordTable
+    from headlab.native.calls import attend_rows as attend_rows
+    from headlab.native.calls import pointer as pointer
+    from headlab.native.calls import positional_rows as positional_rows
+    from headlab.native.calls import row_pointer as row_pointer
+    from headlab.native.calls import softmax_rows as softmax_rows
+    from headlab.native.calls import word_argmax_rows as word_argmax_rows
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

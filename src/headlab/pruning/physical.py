@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from headlab.attention.surgery import plan_removal
-from headlab.errors import InputError, PruningError
+from headlab.errors import InputError
 from headlab.models.dispatch import refuse_offloaded
 from headlab.models.loading import LoadedModel, wrap
 from headlab.models.pruned import PRUNED_KEY
@@ -48,8 +48,6 @@ def prune_model(lm: LoadedModel, remove: Mapping[int, Iterable[int]]) -> LoadedM
             of the model's weights are offloaded (to disk, or to the CPU of a GPU model).
         InputError: a layer index out of range.
     """
-    if not lm.adapter.model_types:
-        raise PruningError("this model has no adapter")
     refuse_offloaded(lm.device_map, "physical pruning")
     plans: dict[int, tuple[list[int], list[int]]] = {}
     for layer, heads in remove.items():

@@ -1,6 +1,8 @@
 """The pruning workflow: metrics, the progressive search, the smaller model, one JSON schema.
 
-``headlab prune`` and ``headlab report --prune`` both call :func:`run_pruning`; a result's
+``headlab prune`` is a :class:`PruneRequest` (checked before the model loads), the model made
+ready (:meth:`PruneRequest.ready`), and :meth:`PruneRequest.run`: :func:`run_pruning` (also
+``headlab report --prune``'s), or :func:`~headlab.pruning.methods.compare_methods`. A result's
 :meth:`PruneResult.to_json` is what ``headlab prune --json`` prints and what ``headlab report
 --pruning FILE`` reads back (through :func:`read_pruning_json`).
 """
@@ -8,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from headlab import distributed
 from headlab.errors import InputError, OutputExistsError, PruningError
 from headlab.models.dispatch import refuse_offloaded
 from headlab.models.loading import LoadedModel
-from headlab.progress import Progress
+from headlab.progress import NO_PROGRESS, Progress
 from headlab.pruning import methods
 from headlab.pruning.cost import count_parameters, folder_bytes, forward_flops, forward_ms
 from headlab.pruning.inputs import build_metrics, counts_after, perplexity_halves
@@ -24,6 +26,7 @@ from headlab.pruning.methods import recover_model
 from headlab.pruning.metrics import Metric
 from headlab.pruning.physical import PRUNED_KEY, head_ids, prune_model, save_pruned
 from headlab.pruning.progressive import CurvePoint, PruneSearch, progressive_prune
+from headlab.pruning.request import check_request, ready_model
 from headlab.pruning.results import (
     CURVE_FRACTION,
     IMPORTANCES,
@@ -253,3 +256,62 @@ def _prune_and_save(
         record.pop(key)
     out = save_pruned(small, Path(options.out), overwrite=options.overwrite, info=record)
     return replace(pruned, bytes_after=folder_bytes(out))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodsCompared:
+    """Curves of gradient, ablation and L0 importance on the same data
+    (:func:`~headlab.pruning.methods.compare_methods`'s JSON, kept as it is)."""
+
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.data
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneRequest:
+    """What ``headlab prune`` is asked; checked on creation (:meth:`check`).
+
+    Attributes:
+        options: the pruning's options, named as the command's flags.
+        model: the model's name or folder (``None``: the default), read to choose whether it
+            loads with its language-model head (:meth:`ready`).
+        curve: measure the curve only (no ``fraction``, no model written).
+        figure: with ``options.compare``, the PNG the command draws.
+    """
+
+    options: PruneOptions
+    model: str | None = None
+    curve: bool = False
+    figure: str | None = None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The options and the output folder, before any model loads.
+
+        Raises:
+            InputError: options that do not go together, bad numbers or data files.
+            OutputExistsError: an ``out`` folder that may not be replaced.
+        """
+        check_request(self.options, curve=self.curve, figure=self.figure is not None)
+        self.options.check()
+
+    def ready(self, load: Callable[[bool], LoadedModel]) -> LoadedModel:
+        """The model to prune, loaded by ``load(with_lm_head)`` and made ready
+        (:func:`~headlab.pruning.request.ready_model`)."""
+        return ready_model(load, self.options, self.model)
+
+    def run(
+        self, lm: LoadedModel, progress: Progress = NO_PROGRESS
+    ) -> PruneResult | MethodsCompared:
+        """The curve (and with ``fraction`` the smaller model, written), or with
+        ``options.compare`` the importance methods compared. ``lm`` is pruned in place when a
+        model is written."""
+        if self.options.compare:
+            return MethodsCompared(
+                data=methods.compare_methods(lm, self.options, progress=progress)
+            )
+        return run_pruning(lm, self.options, progress=progress)

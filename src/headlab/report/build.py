@@ -24,7 +24,6 @@ from headlab.models.names import GGUF_MODELS
 from headlab.models.words import find_word, split_words
 from headlab.progress import Prefixed, Progress
 from headlab.pruning.workflow import PruneOptions, build_metrics, read_pruning_json
-from headlab.report import write_report
 from headlab.report.decoder import (
     DECODER_FOCUS,
     DECODER_PROMPT,
@@ -32,6 +31,7 @@ from headlab.report.decoder import (
     REPEAT_PROMPT,
     decoder_folder,
 )
+from headlab.report.folder import write_report
 from headlab.report.full import measure_extras
 from headlab.roles.results import RoleReport
 from headlab.roles.workflow import GoldInputs, keep_roles, run_roles

@@ -23,7 +23,6 @@ from headlab.models.names import resolve
 from headlab.models.seq2seq import text_side
 from headlab.outputs import check_output, write_text_atomic
 from headlab.progress import Progress
-from headlab.report import KIND
 from headlab.report.build import (
     Built,
     ReportInputs,
@@ -35,6 +34,7 @@ from headlab.report.build import (
     read_inputs,
     viewer_sentences,
 )
+from headlab.report.folder import KIND
 from headlab.roles.workflow import GoldInputs
 
 

@@ -9,24 +9,19 @@ Example:
     >>> report.role_counts()["unclassified"]  # many heads have no clean role
 """
 
-from headlab.roles.classify import LETTERS, ROLES, Thresholds
-from headlab.roles.measure import (
-    CoreferenceResult,
-    HeadRole,
-    RelationRow,
-    RoleOptions,
-    RoleReport,
-    measure_roles,
-)
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "LETTERS",
-    "ROLES",
-    "CoreferenceResult",
-    "HeadRole",
-    "RelationRow",
-    "RoleOptions",
-    "RoleReport",
-    "Thresholds",
-    "measure_roles",
-]
+from headlab._lazy import attach
+
+if TYPE_CHECKING:
+    from headlab.roles.classify import LETTERS as LETTERS
+    from headlab.roles.classify import ROLES as ROLES
+    from headlab.roles.classify import Thresholds as Thresholds
+    from headlab.roles.measure import CoreferenceResult as CoreferenceResult
+    from headlab.roles.measure import HeadRole as HeadRole
+    from headlab.roles.measure import RelationRow as RelationRow
+    from headlab.roles.measure import RoleOptions as RoleOptions
+    from headlab.roles.measure import RoleReport as RoleReport
+    from headlab.roles.measure import measure_roles as measure_roles
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from headlab.models.circuits import OVWeights, ov_weights
 from headlab.models.loading import LoadedModel
+from headlab.models.ov import OVWeights, ov_weights
 
 
 def ov_matrices(weights: OVWeights) -> list[torch.Tensor]:
@@ -60,7 +60,7 @@ def copying_score(matrices: torch.Tensor) -> torch.Tensor:
 def copying_scores(lm: LoadedModel) -> torch.Tensor:
     """``(L, H)`` float64 on the CPU: every head's copying score; NaN for a head a pruned layer
     lacks, and everywhere when the model's embedding, unembedding or value projections cannot
-    be found (:func:`~headlab.models.circuits.ov_weights`)."""
+    be found (:func:`~headlab.models.ov.ov_weights`)."""
     scores = torch.full((lm.n_layers, lm.n_heads), torch.nan, dtype=torch.float64)
     weights = ov_weights(lm)
     if weights is None:

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from headlab.datasets.bundled import sample_path
 from headlab.datasets.lesson import LESSON_SENTENCE, LESSON_WORD
 from headlab.datasets.parse import parse_sentence
-from headlab.datasets.samples import sample_path
 from headlab.datasets.treebank import TreebankSentence, read_treebank
 from headlab.errors import DataFormatError, InputError
 from headlab.models.analysis import word_attention

@@ -2,11 +2,14 @@
 given or the bundled samples), the folds by default, the measurement, and the run kept where
 ``headlab serve`` looks for it.
 
+``headlab roles`` is a :class:`RolesRequest` (its gold data read and checked before the model
+loads), the model, :meth:`RolesRequest.run`, :func:`keep_roles`, and the report printed.
+
 Example:
     >>> from headlab.models import load
-    >>> from headlab.roles.workflow import keep_roles, read_gold, run_roles
-    >>> gold = read_gold()  # the bundled UD EWT, GAP and frequency samples
-    >>> report = run_roles(load(), gold)
+    >>> from headlab.roles.workflow import RolesRequest, keep_roles
+    >>> request = RolesRequest(limit=50)  # the bundled UD EWT, GAP and frequency samples
+    >>> report = request.run(load())
     >>> keep_roles(report.to_json())  # None, or why the cache could not be written
 """
 
@@ -15,17 +18,19 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from headlab.cache import cache_root
+from headlab.cache import cached_roles_path
 from headlab.datasets import read_frequencies, read_gap, read_treebank, sample_path
 from headlab.datasets.gap import GapData
 from headlab.datasets.treebank import TreebankData
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
+from headlab.models.seq2seq import text_side
 from headlab.outputs import write_text_atomic
-from headlab.progress import Progress
+from headlab.progress import NO_PROGRESS, Progress
 from headlab.roles.checkpoint import Checkpoint
 from headlab.roles.folds import default_reliability, no_folds_reason
 from headlab.roles.measure import RoleOptions, RoleReport, measure_roles
@@ -132,9 +137,83 @@ def run_roles(
     )
 
 
-def cached_roles_path(model: str) -> Path:
-    """Where the explorer looks for a cached roles run of the model named ``model``."""
-    return cache_root() / "roles" / f"{model.replace('/', '--')}.json"
+@dataclass(frozen=True, kw_only=True)
+class RolesRequest:
+    """What ``headlab roles`` is asked, its fields named as the command's flags; checked on
+    creation (:meth:`check`: the gold data read, before any model loads).
+
+    Attributes:
+        treebank, gap, no_gap, frequencies, limit, reliability: the gold data, as
+            :func:`read_gold` takes them.
+        replicates, seed, batch_tokens: as :func:`run_roles` takes them.
+        checkpoint, checkpoint_every: save the sums to this file every so many batches and
+            resume from it (:class:`~headlab.roles.checkpoint.Checkpoint`; :meth:`finish`
+            deletes it once the result is out).
+    """
+
+    treebank: str | Path | None = None
+    gap: str | Path | None = None
+    no_gap: bool = False
+    frequencies: str | Path | None = None
+    limit: int | None = None
+    reliability: int | None = None
+    replicates: int = 100
+    seed: int = 0
+    batch_tokens: int = 4096
+    checkpoint: str | Path | None = None
+    checkpoint_every: int = 50
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Read the gold data (a bad file or limit costs no model load) and check the
+        numbers.
+
+        Raises:
+            InputError, DataFormatError: as :func:`read_gold`; ``replicates`` out of range.
+        """
+        self.gold  # noqa: B018 (read now, kept for the run)
+        if not 0 <= self.replicates <= MAX_REPLICATES:
+            raise InputError(f"--replicates must be 0 to {MAX_REPLICATES:,}, got {self.replicates}")
+        self.checkpoint_file  # noqa: B018
+
+    @cached_property
+    def gold(self) -> GoldInputs:
+        """The gold data the request names, read once."""
+        return read_gold(
+            treebank=self.treebank,
+            gap=self.gap,
+            no_gap=self.no_gap,
+            frequencies=self.frequencies,
+            limit=self.limit,
+            reliability=self.reliability,
+        )
+
+    @cached_property
+    def checkpoint_file(self) -> Checkpoint | None:
+        """The checkpoint the run saves to and resumes from (``None``: none asked for)."""
+        if self.checkpoint is None:
+            return None
+        return Checkpoint(self.checkpoint, every=self.checkpoint_every)
+
+    def run(self, lm: LoadedModel, progress: Progress = NO_PROGRESS) -> RoleReport:
+        """Every head of ``lm`` (an encoder-decoder's encoder: roles are measured on text)
+        scored and classified on the gold data."""
+        return run_roles(
+            text_side(lm),
+            self.gold,
+            replicates=self.replicates,
+            seed=self.seed,
+            batch_tokens=self.batch_tokens,
+            checkpoint=self.checkpoint_file,
+            progress=progress,
+        )
+
+    def finish(self) -> None:
+        """The result is out: the checkpoint has served, delete it."""
+        if self.checkpoint_file is not None:
+            self.checkpoint_file.remove()
 
 
 def keep_roles(data: dict[str, Any]) -> str | None:

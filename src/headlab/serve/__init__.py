@@ -14,18 +14,18 @@ Example:
     >>> server.stop()
 """
 
-from headlab.explore.roles import RoleSources
-from headlab.explore.shelf import Shelf
-from headlab.serve.app import Explorer, Limits
-from headlab.serve.http import PortInUseError, RunningServer, make_server, start_server
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Explorer",
-    "Limits",
-    "PortInUseError",
-    "RoleSources",
-    "RunningServer",
-    "Shelf",
-    "make_server",
-    "start_server",
-]
+from headlab._lazy import attach
+
+if TYPE_CHECKING:
+    from headlab.explore.roles import RoleSources as RoleSources
+    from headlab.explore.shelf import Shelf as Shelf
+    from headlab.serve.app import Explorer as Explorer
+    from headlab.serve.app import Limits as Limits
+    from headlab.serve.http import PortInUseError as PortInUseError
+    from headlab.serve.http import RunningServer as RunningServer
+    from headlab.serve.http import make_server as make_server
+    from headlab.serve.http import start_server as start_server
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

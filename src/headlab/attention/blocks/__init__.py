@@ -32,43 +32,26 @@ on CPU tensors, where they are built, and give the same results to float roundin
 else is torch's ops on the inputs' device.
 """
 
-from headlab.attention.blocks.backend import (
-    WordTable,
-    cpu_kernels,
-    cpu_kernels_missing,
-    positional_rows,
-    word_argmax_rows,
-)
-from headlab.attention.blocks.rules import MASKED, key_lengths
-from headlab.attention.blocks.stream import (
-    KERNEL_COLUMNS,
-    MIN_BLOCK_ROWS,
-    Workspace,
-    attention_blocks,
-    block_rows,
-)
-from headlab.attention.blocks.whole import (
-    AttendResult,
-    attention_weights,
-    explicit_attention,
-    rows_without_keys,
-)
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "KERNEL_COLUMNS",
-    "MASKED",
-    "MIN_BLOCK_ROWS",
-    "AttendResult",
-    "WordTable",
-    "Workspace",
-    "attention_blocks",
-    "attention_weights",
-    "block_rows",
-    "cpu_kernels",
-    "cpu_kernels_missing",
-    "explicit_attention",
-    "key_lengths",
-    "positional_rows",
-    "rows_without_keys",
-    "word_argmax_rows",
-]
+from headlab._lazy import attach
+
+if TYPE_CHECKING:
+    from headlab.attention.blocks.backend import WordTable as WordTable
+    from headlab.attention.blocks.backend import cpu_kernels as cpu_kernels
+    from headlab.attention.blocks.backend import cpu_kernels_missing as cpu_kernels_missing
+    from headlab.attention.blocks.backend import positional_rows as positional_rows
+    from headlab.attention.blocks.backend import word_argmax_rows as word_argmax_rows
+    from headlab.attention.blocks.rules import MASKED as MASKED
+    from headlab.attention.blocks.rules import key_lengths as key_lengths
+    from headlab.attention.blocks.stream import KERNEL_COLUMNS as KERNEL_COLUMNS
+    from headlab.attention.blocks.stream import MIN_BLOCK_ROWS as MIN_BLOCK_ROWS
+    from headlab.attention.blocks.stream import Workspace as Workspace
+    from headlab.attention.blocks.stream import attention_blocks as attention_blocks
+    from headlab.attention.blocks.stream import block_rows as block_rows
+    from headlab.attention.blocks.whole import AttendResult as AttendResult
+    from headlab.attention.blocks.whole import attention_weights as attention_weights
+    from headlab.attention.blocks.whole import explicit_attention as explicit_attention
+    from headlab.attention.blocks.whole import rows_without_keys as rows_without_keys
+
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -10,9 +10,9 @@ from headlab import native
 # The probes' own per-block kernels (Clark et al.'s word argmax, the positional probe's offset
 # counts) belong to the same optional CPU backend; they are reached here, so that no module
 # but this one imports headlab.native.
-WordTable = native.WordTable
-word_argmax_rows = native.word_argmax_rows
-positional_rows = native.positional_rows
+from headlab.native.calls import WordTable as WordTable
+from headlab.native.calls import positional_rows as positional_rows
+from headlab.native.calls import word_argmax_rows as word_argmax_rows
 
 
 def cpu_kernels() -> bool:

@@ -1,34 +1,19 @@
-"""The :class:`Adapter` of an opened model, found by discovery (:func:`adapter_for`)."""
+"""What headlab knows about one opened model's attention: :mod:`~headlab.models.adapters.base`
+(the :class:`Adapter`: layers, projections, physical pruning) and
+:mod:`~headlab.models.adapters.registry` (:func:`adapter_for`, found by discovery; the shims of
+families whose attention bypasses transformers' attention interface, :func:`register_shim`)."""
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from typing import Any
+from headlab._lazy import attach
 
-import torch
+if TYPE_CHECKING:
+    from headlab.models.adapters.base import Adapter as Adapter
+    from headlab.models.adapters.registry import adapter_for as adapter_for
+    from headlab.models.adapters.registry import interface_attention as interface_attention
+    from headlab.models.adapters.registry import register_shim as register_shim
+    from headlab.models.adapters.registry import shim_for as shim_for
+    from headlab.models.adapters.registry import unregister_shim as unregister_shim
+    from headlab.models.discovery import LayerHandles as LayerHandles
 
-from headlab.models.adapters.base import Adapter
-from headlab.models.discovery import LayerHandles, discover, dummy_inputs
-
-
-def adapter_for(model: Any, inputs: dict[str, torch.Tensor] | None = None) -> Adapter:
-    """Discover the attention layers of ``model`` (already switched to headlab's attention
-    function) with one short traced forward pass.
-
-    Raises:
-        UnsupportedModelError: the model's attention does not reach transformers' attention
-            interface, or a layer's output projection cannot be found (one line, naming what
-            was looked for).
-    """
-    config = model.config
-    family = str(getattr(config, "model_type", None) or "unknown")
-    inputs = dummy_inputs(model) if inputs is None else inputs
-    handles = discover(model, inputs)
-    counts = [h.counts for h in handles]
-    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
-    causal = not encoder_decoder and all(
-        bool(getattr(h.attention, "is_causal", False)) for h in handles
-    )
-    return Adapter(model, family, handles, counts, causal)
-
-
-__all__ = ["Adapter", "LayerHandles", "adapter_for"]
+__getattr__, __dir__, __all__ = attach(__name__, __file__)

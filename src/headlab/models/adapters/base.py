@@ -4,8 +4,9 @@ Shared code never asks which architecture it is looking at: it asks the :class:`
 layers' attention modules (the modules that call transformers' attention interface), their
 output projections (whose input is the concatenation of the head outputs) and their
 query/key/value projections, all found by :func:`headlab.models.discovery.discover`. Physical
-pruning rewrites those projections whatever the family; :data:`OVERRIDES` lists the few facts
-discovery cannot see, each with its reason.
+pruning rewrites those projections whatever the family. There is one class for every family: a
+family whose attention bypasses transformers' attention interface gets a shim that routes it
+there (:mod:`headlab.models.adapters.registry`), never an adapter subclass.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ class Adapter:
 
     Attributes:
         family: the config's ``model_type``.
-        model_types: ``(family,)``.
         causal: a decoder-only model whose self-attention is causal.
         handles: every attention layer (:class:`LayerHandles`), in forward order.
         head_counts: ``(H, Hkv, D)`` of every layer as the interface saw them.
@@ -76,17 +76,16 @@ class Adapter:
     ) -> None:
         self.model = model
         self.family = family
-        self.model_types: tuple[str, ...] = (family,)
         self.handles = handles
         self.head_counts = head_counts
         self.causal = causal
         self._paths = dict(model.named_modules())  # as discovered, before any pruning
 
-    def layers(self, base_model: Any = None) -> list[LayerHandles]:
+    def layers(self) -> list[LayerHandles]:
         """Handles of every layer, in order."""
         return list(self.handles)
 
-    def reserved_positions(self, config: Any) -> int:
+    def reserved_positions(self) -> int:
         """Position slots used for something other than tokens: RoBERTa-style embeddings number
         positions from ``padding_idx + 1`` (read off the position embedding itself)."""
         for name, module in self.model.named_modules():

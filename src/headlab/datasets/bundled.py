@@ -1,4 +1,5 @@
-"""Small samples of gold data shipped for the default commands (licenses in ATTRIBUTION.md)."""
+"""Small samples of gold data shipped for the default commands, in ``samples/`` (licenses in
+``samples/ATTRIBUTION.md``)."""
 
 from __future__ import annotations
 
@@ -21,4 +22,4 @@ def sample_path(name: str) -> Path:
     ``shakespeare`` or ``lesson``."""
     if name not in SAMPLES:
         raise KeyError(f"no sample {name!r}; samples: {', '.join(SAMPLES)}")
-    return Path(__file__).with_name(SAMPLES[name])
+    return Path(__file__).with_name("samples") / SAMPLES[name]

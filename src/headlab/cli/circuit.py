@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from headlab.causal.figure import write_circuit
 from headlab.cli._args import integer, listed, share, text
 from headlab.cli._causal import (
     IG_STEPS,
@@ -102,8 +103,6 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         page = circuit_html(data)  # built before any file is written
     if args.figure:
-        from headlab.causal.figure import write_circuit
-
         write_circuit(data, args.figure)
     if page is not None:
         write_text_atomic(args.html, page)

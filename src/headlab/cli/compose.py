@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from headlab.causal.figure import write_composition
 from headlab.cli._args import integer, text
 from headlab.cli._causal import add_model, add_outputs, request
 from headlab.cli._model import load_model
@@ -50,8 +51,6 @@ def run(args: argparse.Namespace) -> int:
     composing = request(ComposeRequest, args)  # --receivers parsed before the model loads
     result = run_compose(load_model(args), composing)
     if args.figure and composing.heads is not None:
-        from headlab.causal.figure import write_composition
-
         write_composition(result.scores, args.kind, list(composing.heads), args.figure)
         print(f"wrote {args.figure}", file=sys.stderr)
     output(args, result.to_json(), lambda: compose_text(result, args.top))

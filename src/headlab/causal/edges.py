@@ -216,30 +216,21 @@ class EdgeRun(Hooks):
         return None if delta is None else (args[0] + delta[0], *args[1:])
 
     def install(self) -> None:
-        add = self.add
         self.at_heads(self.lm, {layer: [self._heads(layer)] for layer in range(self.lm.n_layers)})
         for layer, block in enumerate(self.graph.blocks):
-            add(
-                residual_reader(block)
-                .register_forward_pre_hook(self._attention_norm(layer), with_kwargs=True)
-                .remove
-            )
+            self.before(residual_reader(block), self._attention_norm(layer), with_kwargs=True)
             if block.attention_out is not None:
-                norm = block.attention_out.module
-                add(norm.register_forward_hook(self._attention_out(layer)).remove)
+                self.after(block.attention_out.module, self._attention_out(layer))
             if self.left_out is not None:
                 modules = {id(block.projections[k][0]): block.projections[k][0] for k in KINDS}
                 for module in modules.values():
-                    hook = self._projection(layer, module)
-                    add(module.register_forward_hook(hook).remove)
+                    self.after(module, self._projection(layer, module))
             if block.mlp_norm is not None:
-                add(block.mlp_norm.register_forward_pre_hook(self._mlp_norm(layer)).remove)
-            add(
-                block.mlp.register_forward_pre_hook(self._mlp_input(layer), with_kwargs=True).remove
-            )
+                self.before(block.mlp_norm, self._mlp_norm(layer))
+            self.before(block.mlp, self._mlp_input(layer), with_kwargs=True)
             writer = block.mlp if block.mlp_out is None else block.mlp_out
-            add(writer.register_forward_hook(self._mlp_output(layer)).remove)
-        add(self.graph.final_norm.register_forward_pre_hook(self._final_norm).remove)
+            self.after(writer, self._mlp_output(layer))
+        self.before(self.graph.final_norm, self._final_norm)
 
 
 def output_biases(lm: LoadedModel, graph: Graph) -> list[torch.Tensor | None]:
@@ -281,8 +272,6 @@ class _GradientTaps(Hooks):
         super().__init__()
 
     def install(self) -> None:
-        add = self.add
-
         def keep_out(name: str) -> Callable[..., None]:
             def hook(module: nn.Module, args: Any, out: Any) -> None:
                 self.tensors[name] = _first(out)
@@ -297,20 +286,19 @@ class _GradientTaps(Hooks):
 
             return hook
 
-        def before(module: nn.Module, hook: Callable[..., None]) -> None:
-            add(module.register_forward_pre_hook(hook, with_kwargs=True).remove)
-
         for layer, block in enumerate(self.graph.blocks):
-            before(residual_reader(block), keep_in(f"attn {layer}", self.residual))
+            self.before(
+                residual_reader(block), keep_in(f"attn {layer}", self.residual), with_kwargs=True
+            )
             for module in {
                 id(block.projections[k][0]): block.projections[k][0] for k in KINDS
             }.values():
-                add(module.register_forward_hook(keep_out(f"proj {layer} {id(module)}")).remove)
+                self.after(module, keep_out(f"proj {layer} {id(module)}"))
             reader = block.mlp if block.mlp_norm is None else block.mlp_norm
-            before(reader, keep_in(f"mlp {layer}", self.residual))
-            before(block.mlp, keep_in(f"mlp in {layer}", self.tensors))
-        before(self.graph.final_norm, keep_in("final", self.residual))
-        add(self.graph.final_norm.register_forward_hook(keep_out("final out")).remove)
+            self.before(reader, keep_in(f"mlp {layer}", self.residual), with_kwargs=True)
+            self.before(block.mlp, keep_in(f"mlp in {layer}", self.tensors), with_kwargs=True)
+        self.before(self.graph.final_norm, keep_in("final", self.residual), with_kwargs=True)
+        self.after(self.graph.final_norm, keep_out("final out"))
 
 
 def _through_norm(

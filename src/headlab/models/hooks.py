@@ -3,8 +3,10 @@
 Two pieces:
 
 - :class:`Hooks`, the base of every hook context (capture, patching, pruning gates, circuit
-  runs). A subclass says which hooks it wants in :meth:`Hooks.install`; the base adds them on
-  *distinct modules*, one function per layer a module serves, called per call: ALBERT runs one
+  runs), and the one place that calls torch's ``register_forward_(pre_)hook``. A subclass says
+  which hooks it wants in :meth:`Hooks.install` (or a plain ``with Hooks() as hooks:`` adds them
+  in its block); per layer, the base adds them on *distinct modules*, one function per layer a
+  module serves, called per call: ALBERT runs one
   attention module (one output projection) for every layer, and its ``i``-th call in a forward
   pass is layer ``i``'s (:func:`headlab.models.interface.per_call`). Every hook is removed on
   exit, and on a failure while they are being added.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 import torch
 from torch import nn
@@ -33,8 +35,18 @@ from torch import nn
 from headlab.errors import InputError
 from headlab.models.interface import by_module, per_call
 
-if TYPE_CHECKING:
-    from headlab.models.loading import LoadedModel
+
+class Layered(Protocol):
+    """What the head-output slot reads of a model (a
+    :class:`~headlab.models.loading.LoadedModel`, not imported: loading's discovery traces
+    with these hooks): each layer's handles (``out_proj``) and the heads per layer."""
+
+    @property
+    def layers(self) -> Sequence[Any]: ...
+
+    @property
+    def layout(self) -> Any: ...
+
 
 #: a function plugged into a layer's head-output slot: reads ``z`` ``(B, T, H, D)`` and returns
 #: what the output projection reads instead (the same shape), or ``None`` to leave it
@@ -72,6 +84,20 @@ class Hooks:
         """Keep ``remove`` (a hook's remover) to call on exit."""
         self._removers.append(remove)
 
+    def before(
+        self, module: nn.Module, hook: Callable[..., Any], *, with_kwargs: bool = False
+    ) -> None:
+        """``hook`` as a forward pre-hook of ``module`` (with the call's keyword arguments when
+        ``with_kwargs``) while the context is open: may return a replaced input."""
+        self.add(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs).remove)
+
+    def after(
+        self, module: nn.Module, hook: Callable[..., Any], *, with_kwargs: bool = False
+    ) -> None:
+        """``hook`` as a forward hook of ``module`` while the context is open: may return a
+        replaced output."""
+        self.add(module.register_forward_hook(hook, with_kwargs=with_kwargs).remove)
+
     def on_layers(
         self,
         modules: Sequence[nn.Module],
@@ -89,10 +115,9 @@ class Hooks:
             if all(fn is None for fn in functions):
                 continue
             hook = per_call([_nothing if fn is None else fn for fn in functions])
-            register = module.register_forward_pre_hook if pre else module.register_forward_hook
-            self.add(register(hook, with_kwargs=with_kwargs).remove)
+            (self.before if pre else self.after)(module, hook, with_kwargs=with_kwargs)
 
-    def at_heads(self, lm: LoadedModel, functions: Mapping[int, Sequence[HeadFn]]) -> None:
+    def at_heads(self, lm: Layered, functions: Mapping[int, Sequence[HeadFn]]) -> None:
         """Plug ``functions[layer]`` into layer ``layer``'s head-output slot, in order: each
         reads ``z`` ``(B, T, H, D)`` as the ones before it left it."""
         heads = lm.layout.heads_per_layer

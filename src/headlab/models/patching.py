@@ -158,7 +158,7 @@ def starting_at(
         return args, {**kwargs, "hidden_states": hidden}
 
     feeding = Hooks()
-    feeding.on_layers([blocks[layer]], lambda _: feed, pre=True, with_kwargs=True)
+    feeding.before(blocks[layer], feed, with_kwargs=True)
     skip = layer > 0 and can_start_later(lm)
     if skip:
         parent._modules[name] = nn.ModuleList(list(blocks)[layer:])
@@ -186,7 +186,7 @@ class OutputRecord(Hooks):
             self.outputs[mod] = first.detach().clone()
 
         for module in self.modules:
-            self.add(module.register_forward_hook(hook).remove)
+            self.after(module, hook)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,7 +229,7 @@ class OutputPatch(Hooks):
                 patched = torch.where(where, source, rows).view(first.shape)
                 return (patched, *out[1:]) if isinstance(out, tuple) else patched
 
-            self.add(module.register_forward_hook(hook).remove)
+            self.after(module, hook)
 
 
 def kv_columns(lm: LoadedModel, layer: int, component: str) -> tuple[nn.Module, list[slice]]:

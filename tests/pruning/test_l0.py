@@ -24,7 +24,7 @@ from headlab.pruning.l0 import (
     sample_gates,
     train_gates,
 )
-from headlab.pruning.metrics import FidelityMetric, PerplexityMetric, gate_hooks
+from headlab.pruning.metrics import FidelityMetric, HeadGates, PerplexityMetric
 from headlab.pruning.recovery import RecoveryConfig, mean_loss, recover
 from headlab.pruning.workflow import PruneOptions, run_pruning
 
@@ -79,13 +79,8 @@ def test_a_gate_at_zero_is_the_zero_ablation_of_that_head(
         ablated = lm.model(**batch).last_hidden_state
     gates = torch.ones(2, 4, dtype=torch.float64)
     gates[0, 1] = gates[1, 3] = 0.0
-    handles = gate_hooks(lm, lambda: gates)
-    try:
-        with torch.no_grad():
-            gated = lm.model(**batch).last_hidden_state
-    finally:
-        for h in handles:
-            h.remove()
+    with torch.no_grad(), HeadGates(lm, lambda: gates):
+        gated = lm.model(**batch).last_hidden_state
     with torch.no_grad():
         plain = lm.model(**batch).last_hidden_state
     assert torch.equal(gated, ablated)

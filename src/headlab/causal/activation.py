@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from headlab.causal.methods import SOURCES
 from headlab.causal.metric import (
     MAX_ROWS,
     _check_layers,
@@ -103,15 +104,20 @@ def _unit_patch(
     where: Any,
     *,
     last_only: bool = False,
+    replacement: torch.Tensor | None = None,
 ) -> AbstractContextManager[Any]:
     """The hooks that patch units ``chosen`` of ``layer``, one a copy (``last_only``: in a
-    pass over the last token alone, from the corrupted run's last position)."""
+    pass over the last token alone, from the corrupted run's last position), from the corrupted
+    run or, for query heads, from ``replacement`` (a :class:`Swap`'s source: ``(B, T, H, D)``
+    or ``(H, D)``)."""
     if component == "z":
         n_heads = lm.layout.heads_per_layer[layer]
         select = torch.zeros(len(chosen), n_heads, dtype=torch.bool)
         select[torch.arange(len(chosen)), chosen] = True
-        heads = runs.corrupt_heads[layer]
-        swap = Swap(source=heads[:, -1:] if last_only else heads, select=select, positions=where)
+        heads = runs.corrupt_heads[layer] if replacement is None else replacement
+        if last_only and heads.dim() == 4:
+            heads = heads[:, -1:]
+        swap = Swap(source=heads, select=select, positions=where)
         return HeadPatch(lm, {layer: [swap]})
     module, columns = kv_columns(lm, layer, component)
     source = runs.corrupt_outputs[module]
@@ -142,6 +148,7 @@ def activation_patching(
     position: int | None = None,
     layers: Sequence[int] | None = None,
     component: str = "z",
+    source: str = "corrupt",
     max_rows: int = MAX_ROWS,
     progress: Progress | None = None,
 ) -> PatchingResult:
@@ -154,10 +161,21 @@ def activation_patching(
             ``None``: every layer.
         component: ``"z"`` each query head's output; ``"k"``/``"v"`` each KV head's keys or
             values (under GQA a KV head feeds a group of query heads).
+        source: what replaces a query head's output: ``"corrupt"`` the corrupted prompt's
+            run; ``"mean"`` the head's mean output over every position of the task's clean
+            prompts (mean ablation); ``"resample"`` another prompt's clean run (resample
+            ablation, Chan et al. 2022): at one ``position`` the previous prompt's (in the
+            task's order) at that position of its own, at every position the previous prompt
+            of the same length in the batch.
+            The effect is normalized by the clean-corrupt gap all the same.
         max_rows: rows (heads x prompts) of one forward pass, bounding its memory.
     """
     if component not in COMPONENTS:
         raise InputError(f"component must be one of {', '.join(COMPONENTS)}, got {component!r}")
+    if source not in SOURCES:
+        raise InputError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+    if source != "corrupt" and component != "z":
+        raise InputError(f"source {source!r} replaces query heads' outputs: component 'z' only")
     check_task(lm, task)
     chosen_layers = _check_layers(lm, layers)
     modules = _kv_modules(lm, chosen_layers, component)
@@ -168,12 +186,16 @@ def activation_patching(
     clean_sum = corrupt_sum = 0.0
     total = sum(_units(lm, layer, component) for layer in chosen_layers) * len(task.batches)
     unit = "heads" if component == "z" else "KV heads"
+    with torch.inference_mode():
+        means = _mean_heads(lm, task) if source == "mean" else None
+        others = _previous_at(lm, task, position) if source == "resample" else None
     with torch.inference_mode(), stage(progress, f"patching {unit}", total, unit) as bar:
         for batch in task.batches:
             batch = batch.to(device)
             n_prompts, length = batch.clean.shape
             where = _positions(position, length)
             runs = _runs(lm, batch, modules)
+            replacements = _replacements(runs, source, means, others, batch)
             clean_sum += float(runs.clean_ld.sum())
             corrupt_sum += float(runs.corrupt_ld.sum())
             # patching the last token alone leaves every earlier position as in the clean run:
@@ -184,13 +206,20 @@ def activation_patching(
                 per_pass = max(1, max_rows // n_prompts)
                 for lo in range(0, n_units, per_pass):
                     chosen = list(range(lo, min(n_units, lo + per_pass)))
+                    last = prefix is not None
+                    patch = _unit_patch(
+                        lm,
+                        layer,
+                        component,
+                        chosen,
+                        runs,
+                        None if last else where,
+                        last_only=last,
+                        replacement=replacements.get(layer),
+                    )
                     if prefix is not None:
-                        patch = _unit_patch(
-                            lm, layer, component, chosen, runs, None, last_only=True
-                        )
                         ld = _last_token_ld(lm, batch, layer, runs, prefix, patch, len(chosen))
                     else:
-                        patch = _unit_patch(lm, layer, component, chosen, runs, where)
                         hidden = runs.residuals.get(layer)
                         ld = _patched_ld(lm, batch, layer, hidden, patch, len(chosen))
                     patched_sum[layer, chosen] += ld.sum(dim=1).cpu()
@@ -214,7 +243,78 @@ def activation_patching(
         patched=patched,
         seconds=time.perf_counter() - start,
         component=component,
+        source=source,
     )
+
+
+def _mean_heads(lm: LoadedModel, task: Task) -> dict[int, torch.Tensor]:
+    """Each layer's mean head outputs ``(H, D)`` over every position of the task's clean
+    prompts, in float64 (mean ablation's source)."""
+    sums: dict[int, torch.Tensor] = {}
+    count = 0
+    for batch in task.batches:
+        with HeadOutputs(lm, detach=True) as run:
+            last_logits(lm, batch.clean.to(lm.device))
+        for layer, z in run.outputs.items():  # (B, T, H, D)
+            total = z.double().sum(dim=(0, 1))  # (H, D)
+            sums[layer] = total if layer not in sums else sums[layer] + total
+        count += batch.clean.numel()
+    return {layer: total / count for layer, total in sums.items()}
+
+
+def _previous_at(
+    lm: LoadedModel, task: Task, position: int | None
+) -> dict[int, dict[int, torch.Tensor]] | None:
+    """For a patch at one ``position``: each prompt's source under resampling, the previous
+    prompt's (in the task's order, the first taking the last's) clean head outputs ``(H, D)``
+    at that position of its own, per layer; ``None`` for every position (then the source is a
+    prompt of the same length, :func:`_replacements`)."""
+    if position is None:
+        return None
+    if task.n_prompts < 2:
+        raise InputError("--source resample takes a head's output from another prompt: give two")
+    at: dict[int, dict[int, torch.Tensor]] = {}
+    for batch in task.batches:
+        _positions(position, batch.clean.shape[1])  # in range, or a one-line error
+        with HeadOutputs(lm, detach=True) as run:
+            last_logits(lm, batch.clean.to(lm.device))
+        for row, prompt in enumerate(batch.index):
+            at[prompt] = {layer: z[row, position] for layer, z in run.outputs.items()}  # (H, D)
+    order = sorted(at)
+    return {prompt: at[order[i - 1]] for i, prompt in enumerate(order)}
+
+
+def _replacements(
+    runs: _Runs,
+    source: str,
+    means: dict[int, torch.Tensor] | None,
+    others: dict[int, dict[int, torch.Tensor]] | None,
+    batch: Batch,
+) -> dict[int, torch.Tensor]:
+    """What replaces each layer's head outputs in this batch: nothing here for ``"corrupt"``
+    (the corrupted run's, :func:`_unit_patch`), the task's means ``(H, D)`` (``"mean"``), or
+    another prompt's clean outputs ``(B, T, H, D)`` (``"resample"``): at one position the
+    previous prompt's there (:func:`_previous_at`, the same at every position of the row),
+    at every position the previous prompt of the same length in the batch."""
+    if source == "mean" and means is not None:
+        return means
+    if source != "resample":
+        return {}
+    n_prompts, length = batch.clean.shape
+    if others is not None:
+        return {
+            layer: torch.stack([others[i][layer] for i in batch.index])[:, None].expand(
+                n_prompts, length, *others[batch.index[0]][layer].shape
+            )  # (B, T, H, D)
+            for layer in others[batch.index[0]]
+        }
+    if n_prompts < 2:
+        raise InputError(
+            f"--source resample at every position takes a head's output from another prompt of "
+            f"the same length: prompt {batch.index[0] + 1} is the only one of {length} tokens "
+            "(--position last resamples across lengths)"
+        )
+    return {layer: z.roll(1, dims=0) for layer, z in runs.clean_heads.items()}
 
 
 def _patched_ld(

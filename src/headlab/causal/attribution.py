@@ -27,10 +27,9 @@ from headlab.causal.result import PatchingResult
 from headlab.causal.table import correlations
 from headlab.causal.tasks import Batch, Task
 from headlab.errors import InputError
+from headlab.models.hooks import Hooks
 from headlab.models.loading import LoadedModel
-from headlab.models.patching import (
-    HeadOutputs,
-)
+from headlab.models.patching import HeadOutputs
 from headlab.progress import NO_PROGRESS, Progress, stage
 
 
@@ -47,11 +46,9 @@ def _interpolated_embeddings(
         mixed = corrupt[None] + a * (clean - corrupt)[None]  # (N, B, T, E)
         return mixed.reshape(out.shape)
 
-    remove = module.register_forward_hook(hook).remove
-    try:
+    with Hooks() as hooks:
+        hooks.after(module, hook)
         yield
-    finally:
-        remove()
 
 
 def _gradients(

@@ -36,6 +36,7 @@ from headlab.causal.graph import OutputNorm, build_graph
 from headlab.causal.norms import recognise_norm
 from headlab.causal.tasks import Task
 from headlab.errors import InputError
+from headlab.models.hooks import Hooks
 from headlab.models.loading import LoadedModel
 from headlab.models.ov import out_columns
 from headlab.models.patching import HeadOutputs
@@ -122,15 +123,11 @@ def final_norm(lm: LoadedModel) -> nn.Module:
         for m in lm.model.modules()
         if isinstance(getattr(m, "weight", None), nn.Parameter) and m.weight.dim() == 1
     ]
-    removers = [m.register_forward_hook(on_out).remove for m in candidates]
-    removers.append(head.register_forward_pre_hook(on_head).remove)
-    try:
-        with torch.no_grad():
-            ids = torch.zeros(1, 2, dtype=torch.long, device=lm.device)
-            lm.model(input_ids=ids)
-    finally:
-        for remove in removers:
-            remove()
+    with Hooks() as hooks, torch.no_grad():
+        for m in candidates:
+            hooks.after(m, on_out)
+        hooks.before(head, on_head)
+        lm.model(input_ids=torch.zeros(1, 2, dtype=torch.long, device=lm.device))
     found = seen.get(read[0]) if read else None
     if found is None:
         raise InputError(f"{lm.name}: no final norm feeds its language-model head")
@@ -163,26 +160,22 @@ def direct_logit_attribution(
                 kept["x"] = args[0][:, -1].detach().double()  # (B, E)
                 kept["y"] = out[:, -1].detach().double()
 
-            removers = [norm.register_forward_hook(keep).remove]
-            for layer, out_norm in enumerate(post):
-                if out_norm is not None:  # the attention's output at the last position
+            with Hooks() as kept_hooks, HeadOutputs(lm, detach=True) as heads:
+                kept_hooks.after(norm, keep)
+                for layer, out_norm in enumerate(post):
+                    if out_norm is not None:  # the attention's output at the last position
 
-                    def keep_attention(
-                        module: nn.Module,
-                        args: Any,
-                        out: Any,
-                        key: str = f"attn {layer}",
-                        kept: dict = kept,
-                    ) -> None:
-                        kept[key] = args[0][:, -1].detach().double()  # (B, E)
+                        def keep_attention(
+                            module: nn.Module,
+                            args: Any,
+                            out: Any,
+                            key: str = f"attn {layer}",
+                            kept: dict = kept,
+                        ) -> None:
+                            kept[key] = args[0][:, -1].detach().double()  # (B, E)
 
-                    removers.append(out_norm.module.register_forward_hook(keep_attention).remove)
-            try:
-                with HeadOutputs(lm, detach=True) as heads:
-                    logits = lm.model(input_ids=batch.clean).logits[:, -1].double()  # (B, V)
-            finally:
-                for remove in removers:
-                    remove()
+                        kept_hooks.after(out_norm.module, keep_attention)
+                logits = lm.model(input_ids=batch.clean).logits[:, -1].double()  # (B, V)
             rows = torch.arange(len(batch.index), device=logits.device)
             ld = logits[rows, batch.answer] - logits[rows, batch.distractor]  # (B,)
             x, y = kept["x"], kept["y"]

@@ -36,9 +36,8 @@ from torch import nn
 
 from headlab.causal.graph import KINDS, Block, Graph, apply_norm, tensor_input, weight_rows
 from headlab.causal.graph import first_tensor as _first
+from headlab.models.hooks import HeadFn, Hooks
 from headlab.models.loading import LoadedModel
-
-Hook = Callable[[], None]
 
 
 def _replace_first(out: Any, value: torch.Tensor) -> Any:
@@ -60,7 +59,7 @@ def residual_reader(block: Block) -> nn.Module:
     return block.layer if block.attention_norm is None else block.attention_norm
 
 
-class EdgeRun:
+class EdgeRun(Hooks):
     """Hooks one forward pass over ``B`` prompts: records what every sender writes, and with
     ``corrupt`` and ``left_out`` patches every left-out edge to its corrupted value.
 
@@ -91,7 +90,7 @@ class EdgeRun:
         self.values: torch.Tensor | None = None  # (S, B, T, E), allocated at the first hook
         self.residual: dict[str, torch.Tensor] = {}
         self._diff: tuple[int, torch.Tensor] | None = None
-        self._removers: list[Hook] = []
+        super().__init__()
         #: with ``differentiable``, the senders' writes stay in the autograd graph (a gradient
         #: of the metric reaches ``left_out`` through every later sender), kept by first index
         self.differentiable = differentiable
@@ -147,19 +146,17 @@ class EdgeRun:
 
         return hook
 
-    def _heads(self, layer: int) -> Callable[..., None]:
+    def _heads(self, layer: int) -> HeadFn:
         out_proj = self.lm.layers[layer].out_proj
         senders = self.graph.head_senders(layer)
         n_heads = len(senders)
 
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-            z = args[0]  # (B, T, H*D)
+        def write(z: torch.Tensor) -> None:  # (B, T, H, D)
             w = self.lm.adapter.out_proj_weight(out_proj).detach().to(z)  # (E, H*D)
             w = w.view(w.shape[0], n_heads, -1)  # (E, H, D)
-            z = z.view(*z.shape[:-1], n_heads, -1)  # (B, T, H, D)
             self._store(slice(senders.start, senders.stop), torch.einsum("bthd,ehd->hbte", z, w))
 
-        return hook
+        return write
 
     def _attention_out(self, layer: int) -> Callable[..., None]:
         """Post-norm blocks: the heads' writes through the attention's output norm, its scale
@@ -241,49 +238,22 @@ class EdgeRun:
         delta = self._delta(len(self.graph.senders), receivers)
         return None if delta is None else (args[0] + delta[0], *args[1:])
 
-    def __enter__(self) -> EdgeRun:
-        add = self._removers.append
-        try:
-            for layer, block in enumerate(self.graph.blocks):
-                add(
-                    residual_reader(block)
-                    .register_forward_pre_hook(self._attention_norm(layer), with_kwargs=True)
-                    .remove
-                )
-                add(
-                    self.lm.layers[layer]
-                    .out_proj.register_forward_pre_hook(self._heads(layer))
-                    .remove
-                )
-                if block.attention_out is not None:
-                    norm = block.attention_out.module
-                    add(norm.register_forward_hook(self._attention_out(layer)).remove)
-                if self.left_out is not None:
-                    modules = {id(block.projections[k][0]): block.projections[k][0] for k in KINDS}
-                    for module in modules.values():
-                        hook = self._projection(layer, module)
-                        add(module.register_forward_hook(hook).remove)
-                if block.mlp_norm is not None:
-                    add(block.mlp_norm.register_forward_pre_hook(self._mlp_norm(layer)).remove)
-                add(
-                    block.mlp.register_forward_pre_hook(
-                        self._mlp_input(layer), with_kwargs=True
-                    ).remove
-                )
-                writer = block.mlp if block.mlp_out is None else block.mlp_out
-                add(writer.register_forward_hook(self._mlp_output(layer)).remove)
-            add(self.graph.final_norm.register_forward_pre_hook(self._final_norm).remove)
-        except BaseException:
-            self._remove()
-            raise
-        return self
-
-    def _remove(self) -> None:
-        while self._removers:
-            self._removers.pop()()
-
-    def __exit__(self, *exc: object) -> None:
-        self._remove()
+    def install(self) -> None:
+        self.at_heads(self.lm, {layer: [self._heads(layer)] for layer in range(self.lm.n_layers)})
+        for layer, block in enumerate(self.graph.blocks):
+            self.before(residual_reader(block), self._attention_norm(layer), with_kwargs=True)
+            if block.attention_out is not None:
+                self.after(block.attention_out.module, self._attention_out(layer))
+            if self.left_out is not None:
+                modules = {id(block.projections[k][0]): block.projections[k][0] for k in KINDS}
+                for module in modules.values():
+                    self.after(module, self._projection(layer, module))
+            if block.mlp_norm is not None:
+                self.before(block.mlp_norm, self._mlp_norm(layer))
+            self.before(block.mlp, self._mlp_input(layer), with_kwargs=True)
+            writer = block.mlp if block.mlp_out is None else block.mlp_out
+            self.after(writer, self._mlp_output(layer))
+        self.before(self.graph.final_norm, self._final_norm)
 
 
 def output_biases(lm: LoadedModel, graph: Graph) -> list[torch.Tensor | None]:
@@ -314,7 +284,7 @@ def check_sum(lm: LoadedModel, graph: Graph, run: EdgeRun) -> float:
     return float((final - total).abs().max() / final.abs().max().clamp_min(1e-12))
 
 
-class _GradientTaps:
+class _GradientTaps(Hooks):
     """Hooks keeping, inside the autograd graph, each projection's output, each MLP's input
     and the final norm's output, and (detached) the residual each norm reads."""
 
@@ -322,11 +292,9 @@ class _GradientTaps:
         self.graph = graph
         self.tensors: dict[str, torch.Tensor] = {}
         self.residual: dict[str, torch.Tensor] = {}
-        self._removers: list[Hook] = []
+        super().__init__()
 
-    def __enter__(self) -> _GradientTaps:
-        add = self._removers.append
-
+    def install(self) -> None:
         def keep_out(name: str) -> Callable[..., None]:
             def hook(module: nn.Module, args: Any, out: Any) -> None:
                 self.tensors[name] = _first(out)
@@ -341,25 +309,19 @@ class _GradientTaps:
 
             return hook
 
-        def before(module: nn.Module, hook: Callable[..., None]) -> None:
-            add(module.register_forward_pre_hook(hook, with_kwargs=True).remove)
-
         for layer, block in enumerate(self.graph.blocks):
-            before(residual_reader(block), keep_in(f"attn {layer}", self.residual))
+            self.before(
+                residual_reader(block), keep_in(f"attn {layer}", self.residual), with_kwargs=True
+            )
             for module in {
                 id(block.projections[k][0]): block.projections[k][0] for k in KINDS
             }.values():
-                add(module.register_forward_hook(keep_out(f"proj {layer} {id(module)}")).remove)
+                self.after(module, keep_out(f"proj {layer} {id(module)}"))
             reader = block.mlp if block.mlp_norm is None else block.mlp_norm
-            before(reader, keep_in(f"mlp {layer}", self.residual))
-            before(block.mlp, keep_in(f"mlp in {layer}", self.tensors))
-        before(self.graph.final_norm, keep_in("final", self.residual))
-        add(self.graph.final_norm.register_forward_hook(keep_out("final out")).remove)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        while self._removers:
-            self._removers.pop()()
+            self.before(reader, keep_in(f"mlp {layer}", self.residual), with_kwargs=True)
+            self.before(block.mlp, keep_in(f"mlp in {layer}", self.tensors), with_kwargs=True)
+        self.before(self.graph.final_norm, keep_in("final", self.residual), with_kwargs=True)
+        self.after(self.graph.final_norm, keep_out("final out"))
 
 
 def _through_norm(

@@ -53,6 +53,7 @@ from torch import nn
 from headlab.causal.norms import gain, recognise_norm
 from headlab.errors import InputError
 from headlab.models.discovery import dummy_inputs, is_conv1d
+from headlab.models.hooks import Hooks
 from headlab.models.loading import LoadedModel
 from headlab.models.patching import block_mlp, decoder_layers, kv_columns
 
@@ -226,16 +227,11 @@ class _Trace:
             if isinstance(y, torch.Tensor):
                 self.outputs.setdefault(id(module), y)
 
-        removers = []
-        try:
+        with Hooks() as hooks, torch.no_grad():
             for module in {id(m): m for m in watched}.values():
-                removers.append(module.register_forward_pre_hook(pre, with_kwargs=True).remove)
-                removers.append(module.register_forward_hook(post, with_kwargs=True).remove)
-            with torch.no_grad():
-                lm.model(**dummy_inputs(lm.model))
-        finally:
-            for remove in removers:
-                remove()
+                hooks.before(module, pre, with_kwargs=True)
+                hooks.after(module, post, with_kwargs=True)
+            lm.model(**dummy_inputs(lm.model))
 
     def made(self, x: torch.Tensor, among: list[nn.Module]) -> nn.Module | None:
         """The module of ``among`` whose output is ``x``."""

@@ -4,7 +4,7 @@ its normalization, and the checks of a task, a position and the layers patched."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -13,8 +13,10 @@ from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import last_logits as logits_at_end
 
+#: the methods :func:`headlab.causal.patching.run_patching` computes (``headlab patch``'s whole
+#: list, with what each takes, is :mod:`headlab.causal.methods`' table)
 Method = Literal["activation", "attribution", "ig"]
-METHODS: tuple[str, ...] = ("activation", "attribution", "ig")
+METHODS: tuple[str, ...] = get_args(Method)
 #: EAP-IG's points on the path from the corrupted to the clean embeddings (Hanna et al. use 5)
 IG_STEPS = 5
 #: rows of one patched forward pass (copies x prompts), bounding its memory

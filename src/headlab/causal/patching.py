@@ -68,6 +68,7 @@ def run_patching(
     method: Method = "activation",
     position: int | None = None,
     component: str = "z",
+    source: str = "corrupt",
     steps: int = IG_STEPS,
     compare: bool = False,
     layer_table: bool = False,
@@ -75,15 +76,18 @@ def run_patching(
     max_rows: int = MAX_ROWS,
     progress: Progress | None = None,
 ) -> PatchingResult:
-    """Activation patching, or a gradient estimate with (when ``compare``) activation patching
-    run first, for the correlations and top heads of both; ``layer_table``: also each layer's
-    residual stream, attention and MLP output (activation patching, in the result's
-    ``layers``)."""
+    """Activation patching (``source``: what replaces a head's output, as
+    :func:`~headlab.causal.activation.activation_patching` takes it), or a gradient estimate
+    with (when ``compare``) activation patching run first, for the correlations and top heads of
+    both; ``layer_table``: also each layer's residual stream, attention and MLP output
+    (activation patching, in the result's ``layers``)."""
 
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if component != "z" and method != "activation":
         raise InputError(f"component {component!r} is patched by activation patching only")
+    if source != "corrupt" and method != "activation":
+        raise InputError(f"source {source!r} is patched by activation patching only")
 
     def activation() -> PatchingResult:
         return activation_patching(
@@ -92,6 +96,7 @@ def run_patching(
             position=position,
             layers=layers,
             component=component,
+            source=source,
             max_rows=max_rows,
             progress=progress,
         )
@@ -127,6 +132,7 @@ def patch_heads(
     method: Method = "activation",
     position: str | int | None = "all",
     component: str = "z",
+    source: str = "corrupt",
     steps: int = IG_STEPS,
     compare: bool = False,
     layer_table: bool = False,
@@ -149,6 +155,8 @@ def patch_heads(
         method: ``"activation"`` (exact), ``"attribution"`` or ``"ig"`` (gradient estimates).
         position: ``"all"`` (default), ``"last"``, or a token index.
         component: ``"z"`` query heads' outputs, or ``"k"``/``"v"`` per KV head.
+        source: what replaces a head's output: ``"corrupt"`` (activation patching),
+            ``"mean"`` or ``"resample"`` (ablation; ``method="activation"``, ``component="z"``).
         compare: with a gradient method, also run activation patching and correlate.
         layer_table: also patch each layer's residual stream, attention and MLP output.
 
@@ -167,6 +175,7 @@ def patch_heads(
         method=method,
         position=parse_position(position),
         component=component,
+        source=source,
         steps=steps,
         compare=compare,
         layer_table=layer_table,

@@ -23,6 +23,8 @@ from headlab.causal.composition import (
 )
 from headlab.causal.dla import direct_logit_attribution
 from headlab.causal.figure import write_heatmap
+from headlab.causal.methods import method as patch_method
+from headlab.causal.methods import names as method_names
 from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task, parse_position, run_patching
 from headlab.causal.paths import parse_head, parse_receiver, path_patching
@@ -32,8 +34,13 @@ from headlab.models.names import DECODER, resolve
 from headlab.outputs import write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 
+#: ``--method``'s default, the one path patching (``--to``) goes with
+DEFAULT_METHOD = "activation"
+
 if TYPE_CHECKING:
     from headlab.causal.composition import CompositionScores
+    from headlab.causal.dla import DLAResult
+    from headlab.causal.result import PatchingResult
     from headlab.causal.tasks import Task
     from headlab.models.loading import LoadedModel
 
@@ -61,6 +68,7 @@ def check_request(
     *,
     method: str,
     component: str = "z",
+    source: str = "corrupt",
     compare: bool = False,
     to: str | None = None,
     path: str | None = None,
@@ -72,7 +80,8 @@ def check_request(
 ) -> None:
     """Check the output paths (``write``, ``figure``, ``csv_out``: :func:`check_outputs`) and
     that the options go together: a path-patching receiver ``to`` (and sender ``path``), the
-    ``method`` and ``component``, a ``compare`` of a gradient estimate.
+    ``method`` and what its table entry (:mod:`headlab.causal.methods`) takes: a ``component``,
+    a ``source``, a ``compare`` of a gradient estimate, a figure or CSV of every head.
 
     Raises:
         InputError: one line naming the option.
@@ -80,22 +89,34 @@ def check_request(
     check_outputs(
         [("--write", write, ".jsonl"), ("--figure", figure, ".png"), ("--csv-out", csv_out, ".csv")]
     )
+    chosen = patch_method(method)
     if write and prompts:
         raise InputError("--write writes a built-in task's prompts: give --task, not --prompts")
-    if compare and method == "activation":
-        raise InputError("--compare compares a gradient estimate: add --method attribution or ig")
+    if compare and not chosen.gradient and chosen.heads:
+        gradients = " or ".join(method_names(lambda m: m.gradient))
+        raise InputError(f"--compare compares a gradient estimate: add --method {gradients}")
     if path is not None and to is None:
         raise InputError("--path names a sender: add --to q|k|v:L.H or --to logits")
     if to is not None:
         parse_receiver(to)
         if path is not None:
             parse_head(path)
-        if method != "activation" or component != "z" or compare:
+        if method != DEFAULT_METHOD or component != "z" or compare:
             raise InputError("--to is path patching: no --method, --component or --compare")
-    if method == "dla" and (figure or csv_out or csv or compare):
-        raise InputError("--method dla gives a table or --json; no --figure, CSV or --compare")
-    if component != "z" and method != "activation":
-        raise InputError(f"--component {component} is patched by --method activation only")
+        if source != "corrupt":
+            raise InputError("--to is path patching from the corrupted run: no --source")
+    if not chosen.heads and (figure or csv_out or csv or compare):
+        raise InputError(
+            f"--method {method} gives a table or --json; no --figure, CSV or --compare"
+        )
+    if component not in chosen.components:
+        takers = " or ".join(method_names(lambda m: component in m.components))
+        raise InputError(f"--component {component} is patched by --method {takers} only")
+    if source not in chosen.sources:
+        takers = " or ".join(method_names(lambda m: source in m.sources))
+        raise InputError(f"--source {source} is patched by --method {takers} only")
+    if source != "corrupt" and component != "z":
+        raise InputError(f"--source {source} replaces query heads' outputs: no --component")
 
 
 def check_model(model: str, prompts: str | None = None) -> None:
@@ -129,9 +150,14 @@ class PatchRequest:
         model: a causal language model with its head (default: the bundled SmolLM2).
         task, prompts, n, seed: the prompts: a built-in task (default ioi) drawn ``n`` at
             ``seed``, or a JSON Lines file.
-        method: activation, attribution, ig or dla.
+        method: a method of :mod:`headlab.causal.methods`' table (activation, attribution,
+            ig, dla, and any registered there).
         component, position, steps, compare: as :func:`headlab.causal.patching.run_patching`
             takes them (``position``: ``"all"`` or ``"last"``).
+        source: what replaces a head's output (the intervention, apart from the outputs
+            below): ``"corrupt"`` the corrupted prompt's run (activation patching), ``"mean"``
+            the head's mean output over the task's clean prompts, ``"resample"`` another clean
+            prompt's output.
         no_layers: skip the per-layer table activation patching of head outputs adds.
         to, path: path patching's receiver (``q:L.H``, ``k:L.H``, ``v:L.H`` or ``logits``) and
             sender (``L.H``; default every head below the receiver).
@@ -145,8 +171,9 @@ class PatchRequest:
     prompts: str | None = None
     n: int = 24
     seed: int = 0
-    method: str = "activation"
+    method: str = DEFAULT_METHOD
     component: str = "z"
+    source: str = "corrupt"
     position: str = "all"
     steps: int = IG_STEPS
     compare: bool = False
@@ -162,6 +189,7 @@ class PatchRequest:
         check_request(
             method=self.method,
             component=self.component,
+            source=self.source,
             compare=self.compare,
             to=self.to,
             path=self.path,
@@ -190,32 +218,48 @@ def run_patch(
     :class:`~headlab.causal.result.PatchingResult`, whose heatmap and CSV are written where
     ``figure`` and ``csv_out`` say."""
 
-    position = parse_position(request.position)
     if request.to is not None:
         senders = None if request.path is None else [parse_head(request.path)]
         receiver = parse_receiver(request.to)
+        position = parse_position(request.position)
         return path_patching(
             lm, task, receiver, senders=senders, position=position, progress=progress
         )
-    if request.method == "dla":
-        return direct_logit_attribution(lm, task, progress=progress)
-    head_outputs = request.method == "activation" and request.component == "z"
-    result = run_patching(
+    chosen = patch_method(request.method)
+    result = chosen.runner()(lm, task, request, progress)
+    if chosen.heads and request.figure:
+        write_heatmap(result, request.figure)
+    if chosen.heads and request.csv_out:
+        write_text_atomic(request.csv_out, result.to_csv())
+    return result
+
+
+def run_heads(
+    lm: LoadedModel, task: Task, request: PatchRequest, progress: Progress
+) -> PatchingResult:
+    """The runner of ``activation``, ``attribution`` and ``ig``
+    (:func:`headlab.causal.patching.run_patching`); activation patching of head outputs from
+    the corrupted run adds the per-layer table unless ``no_layers``."""
+    head_outputs = (
+        request.method == "activation" and request.component == "z" and request.source == "corrupt"
+    )
+    return run_patching(
         lm,
         task,
         method=request.method,  # type: ignore[arg-type]
-        position=position,
+        position=parse_position(request.position),
         component=request.component,
+        source=request.source,
         steps=request.steps,
         compare=request.compare,
         layer_table=head_outputs and not request.no_layers,
         progress=progress,
     )
-    if request.figure:
-        write_heatmap(result, request.figure)
-    if request.csv_out:
-        write_text_atomic(request.csv_out, result.to_csv())
-    return result
+
+
+def run_dla(lm: LoadedModel, task: Task, request: PatchRequest, progress: Progress) -> DLAResult:
+    """The runner of ``dla``: :func:`headlab.causal.dla.direct_logit_attribution`."""
+    return direct_logit_attribution(lm, task, progress=progress)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,6 +41,9 @@ class PatchingResult:
     seconds: float = 0.0
     #: what was patched: ``"z"`` query heads' outputs, ``"k"``/``"v"`` KV heads' keys/values
     component: str = "z"
+    #: what replaced a head's output: ``"corrupt"``, ``"mean"`` or ``"resample"``
+    #: (:data:`headlab.causal.methods.SOURCES`)
+    source: str = "corrupt"
     #: per layer: residual stream, attention output, MLP output (activation patching)
     layers: LayerTable | None = None
 
@@ -72,6 +75,7 @@ class PatchingResult:
             "task": self.task,
             "method": self.method,
             "component": self.component,
+            **({} if self.source == "corrupt" else {"source": self.source}),
             "position": "all" if self.position is None else _position_name(self.position),
             "n_prompts": self.n_prompts,
             "metric": {"clean": self.clean, "corrupt": self.corrupt, "unit": "logit difference"},

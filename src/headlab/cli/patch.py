@@ -6,14 +6,12 @@ import argparse
 import sys
 from typing import Any
 
+from headlab.causal.methods import SOURCES, choices_help, names
 from headlab.cli._args import integer, text
 from headlab.cli._causal import add_model, add_outputs, add_prompts, request
 from headlab.cli._model import load_model
 from headlab.cli._output import output
 from headlab.cli._progress import progress_for
-
-#: the library's methods, named here so that --help needs no torch import
-METHODS = ("activation", "attribution", "ig", "dla")
 
 
 def add_parser(sub: Any) -> None:
@@ -39,12 +37,19 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--method",
-        choices=METHODS,
+        choices=names(),  # the table of headlab.causal.methods, which imports no torch
         default="activation",
-        help="activation (exact), attribution (gradient x difference, one backward pass; "
-        "Nanda 2023), ig (integrated gradients, EAP-IG; Hanna et al. 2024), or dla (direct "
-        "logit attribution: what each head writes to the answer directly, through the final "
-        "norm frozen at the clean run)",
+        help=choices_help(),
+    )
+    p.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="corrupt",
+        help="what replaces a head's output: corrupt (the corrupted prompt's run: activation "
+        "patching, default), mean (the head's mean output over the clean prompts: mean "
+        "ablation) or resample (the previous clean prompt's output: resample ablation, Chan et "
+        "al. 2022; at every position one of the same length); the effect is normalized by the "
+        "clean-corrupt gap",
     )
     p.add_argument(
         "--steps", type=integer(1, 1000), default=5, help="ig: points on the path (default 5)"

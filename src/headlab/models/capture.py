@@ -33,6 +33,7 @@ from torch import nn
 from headlab.attention.blocks import attention_weights
 from headlab.errors import InputError
 from headlab.models.dispatch import aligned
+from headlab.models.hooks import HeadFn, Hooks, ablation
 from headlab.models.interface import by_module, call_rules, observe, per_call
 from headlab.models.loading import LoadedModel
 
@@ -124,7 +125,7 @@ def attention_pattern(
     )
 
 
-class HeadCapture:
+class HeadCapture(Hooks):
     """Context manager that captures (and optionally ablates) heads during forward passes.
 
     Args:
@@ -183,7 +184,7 @@ class HeadCapture:
         self.means = dict(means or {})
         self.resampled = dict(resampled or {})
         self.records: dict[int, LayerRecord] = {}
-        self._removers: list[Any] = []
+        super().__init__()
 
     # ------------------------------------------------------------------ hooks
     def _attention_observer(self, layer: int) -> Any:
@@ -213,63 +214,31 @@ class HeadCapture:
 
         return record
 
-    def _out_proj_hook(self, layer: int) -> Any:
-        n_heads = self.lm.layout.heads_per_layer[layer]
+    def _head_functions(self, layer: int) -> list[HeadFn]:
+        """What layer ``layer``'s head-output slot runs: the ablation, then the record."""
+        functions: list[HeadFn] = []
         heads = self.ablate.get(layer, [])
+        if heads:
+            n_heads = self.lm.layout.heads_per_layer[layer]
+            fills = {"mean": self.means, "resample": self.resampled}.get(self.ablation, {})
+            functions.append(ablation(heads, n_heads, fills.get(layer)))
+        if self.record_head_outputs and layer in self.layers:
 
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-            x = args[0]  # (B, T, H*D)
-            split = x.view(*x.shape[:-1], n_heads, -1)  # (B, T, H, D)
-            if heads:
-                split = split.clone()
-                if self.ablation == "zero":
-                    split[..., heads, :] = 0
-                elif self.ablation == "mean":
-                    split[..., heads, :] = self.means[layer][heads].to(split)
-                else:  # another input's outputs, position by position
-                    source = self.resampled[layer]  # (T_ref, H, D)
-                    t = split.shape[-3]
-                    if source.shape[0] < t:
-                        raise InputError(
-                            f"resample-ablation has outputs for {source.shape[0]} positions, "
-                            f"the input has {t}: resample from an input at least as long"
-                        )
-                    split[..., heads, :] = source[:t, heads].to(split)
-            if self.record_head_outputs and layer in self.layers:
+            def record(z: torch.Tensor) -> None:
                 rec = self.records.setdefault(layer, LayerRecord())
-                rec.head_output = split.detach().permute(0, 2, 1, 3)  # (B, H, T, D)
-            if heads:
-                return (split.reshape(x.shape), *args[1:])
-            return None
+                rec.head_output = z.detach().permute(0, 2, 1, 3)  # (B, H, T, D)
 
-        return hook
+            functions.append(record)
+        return functions
 
-    def __enter__(self) -> HeadCapture:
+    def install(self) -> None:
         layers = self.lm.layers
-        try:
-            if self.record_queries_keys:
-                for module, served in by_module([h.attention for h in layers]):
-                    if any(layer in self.layers for layer in served):
-                        fns = [self._attention_observer(layer) for layer in served]
-                        self._removers.append(observe(module, per_call(fns)))
-            for module, served in by_module([h.out_proj for h in layers]):
-                if any(
-                    (self.record_head_outputs and layer in self.layers) or layer in self.ablate
-                    for layer in served
-                ):
-                    hook = per_call([self._out_proj_hook(layer) for layer in served])
-                    self._removers.append(module.register_forward_pre_hook(hook).remove)
-        except BaseException:
-            self._remove()
-            raise
-        return self
-
-    def _remove(self) -> None:
-        while self._removers:
-            self._removers.pop()()
-
-    def __exit__(self, *exc: object) -> None:
-        self._remove()
+        if self.record_queries_keys:
+            for module, served in by_module([h.attention for h in layers]):
+                if any(layer in self.layers for layer in served):
+                    fns = [self._attention_observer(layer) for layer in served]
+                    self.add(observe(module, per_call(fns)))
+        self.at_heads(self.lm, {layer: self._head_functions(layer) for layer in range(len(layers))})
 
     # ------------------------------------------------------------------ results
     def _record(self, layer: int) -> LayerRecord:

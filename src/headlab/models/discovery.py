@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from headlab.errors import UnsupportedModelError
+from headlab.models.hooks import Hooks
 from headlab.models.interface import trace
 
 Kind = Literal["self", "encoder", "decoder", "cross"]
@@ -178,18 +179,15 @@ def run_trace(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Trace:
                 _Linear(module=module, input=args[0], output=out, index=counter[0])
             )
 
-    removers = [trace(on_call)]
-    if model.training:  # no dropout in the traced pass
-        model.eval()
-        removers.append(lambda: _train(model))
-    try:
+    with Hooks() as hooks:
+        hooks.add(trace(on_call))
+        if model.training:  # no dropout in the traced pass
+            model.eval()
+            hooks.add(lambda: _train(model))
         for module in model.modules():
             if _is_linear(module):
-                removers.append(module.register_forward_hook(on_linear).remove)
+                hooks.after(module, on_linear)
         model(**inputs)
-    finally:
-        while removers:
-            removers.pop()()
     return record
 
 

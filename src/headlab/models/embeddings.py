@@ -5,6 +5,7 @@ ablation share."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 import torch
@@ -56,40 +57,27 @@ def last_hidden(lm: LoadedModel, output: Any) -> torch.Tensor:
     return hidden
 
 
-class ablated:
+def ablated(
+    lm: LoadedModel,
+    removed: Removed | None,
+    means: Mapping[int, torch.Tensor] | None = None,
+    resampled: Mapping[int, torch.Tensor] | None = None,
+) -> AbstractContextManager[Any]:
     """Ablation of removed heads (no capture), or nothing: zeros, or with ``means``
     (``{layer: (H, D)}``, :func:`headlab.models.analysis.mean_head_outputs`) each head's mean
     output, or with ``resampled`` (``{layer: (T, H, D)}``) another input's outputs."""
-
-    def __init__(
-        self,
-        lm: LoadedModel,
-        removed: Removed | None,
-        means: Mapping[int, torch.Tensor] | None = None,
-        resampled: Mapping[int, torch.Tensor] | None = None,
-    ) -> None:
-        active = {k: list(v) for k, v in (removed or {}).items() if list(v)}
-        mode: Literal["zero", "mean", "resample"] = (
-            "resample" if resampled is not None else "zero" if means is None else "mean"
-        )
-        self.cap = (
-            HeadCapture(
-                lm,
-                ablate=active,
-                ablation=mode,
-                means=means,
-                resampled=resampled,
-                record_queries_keys=False,
-                record_head_outputs=False,
-            )
-            if active
-            else None
-        )
-
-    def __enter__(self) -> None:
-        if self.cap is not None:
-            self.cap.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.cap is not None:
-            self.cap.__exit__(*exc)
+    active = {k: list(v) for k, v in (removed or {}).items() if list(v)}
+    if not active:
+        return nullcontext()
+    mode: Literal["zero", "mean", "resample"] = (
+        "resample" if resampled is not None else "zero" if means is None else "mean"
+    )
+    return HeadCapture(
+        lm,
+        ablate=active,
+        ablation=mode,
+        means=means,
+        resampled=resampled,
+        record_queries_keys=False,
+        record_head_outputs=False,
+    )

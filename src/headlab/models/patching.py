@@ -25,26 +25,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from headlab.models.interface import by_module, per_call
+from headlab.models.hooks import HeadFn, Hooks, Swap
 from headlab.models.loading import LoadedModel
 
 
-@dataclass(frozen=True, kw_only=True)
-class Swap:
-    """Heads of one layer whose output comes from ``source`` in chosen copies.
-
-    Shape:
-        source: ``(B, T, H, D)`` head outputs of the run to take them from.
-        select: bool ``(N, H)``: copy ``n`` takes head ``h`` from ``source``.
-        positions: bool ``(T,)`` where the swap applies (``None``: everywhere).
-    """
-
-    source: torch.Tensor
-    select: torch.Tensor
-    positions: torch.Tensor | None = None
-
-
-class HeadPatch:
+class HeadPatch(Hooks):
     """Context manager: in a forward pass over ``N x B`` rows (copy-major), replace head outputs
     as ``swaps`` say, layer by layer; swaps of one layer apply in order (a later one wins).
 
@@ -57,83 +42,39 @@ class HeadPatch:
     """
 
     def __init__(self, lm: LoadedModel, swaps: Mapping[int, Sequence[Swap]]) -> None:
+        super().__init__()
         self.lm = lm
         self.swaps = {int(k): list(v) for k, v in swaps.items() if v}
-        self._removers: list[Callable[[], None]] = []
 
-    def _hook(self, layer: int) -> Callable[..., Any]:
-        n_heads = self.lm.layout.heads_per_layer[layer]
-        swaps = self.swaps.get(layer, [])
-
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-            if not swaps:
-                return None
-            x = args[0]  # (N*B, T, H*D)
-            split = x.view(*x.shape[:-1], n_heads, -1)  # (N*B, T, H, D)
-            for swap in swaps:
-                n_copies, batch = swap.select.shape[0], swap.source.shape[0]
-                rows = split.view(n_copies, batch, *split.shape[1:])  # (N, B, T, H, D)
-                where = swap.select.to(x.device)[:, None, None, :, None]  # (N, 1, 1, H, 1)
-                if swap.positions is not None:
-                    where = where & swap.positions.to(x.device)[None, None, :, None, None]
-                source = swap.source.to(device=x.device, dtype=x.dtype)[None]  # (1, B, T, H, D)
-                split = torch.where(where, source, rows).view(split.shape)
-            return (split.reshape(x.shape), *args[1:])
-
-        return hook
-
-    def __enter__(self) -> HeadPatch:
-        try:
-            for module, served in by_module([h.out_proj for h in self.lm.layers]):
-                if any(layer in self.swaps for layer in served):
-                    hook = per_call([self._hook(layer) for layer in served])
-                    self._removers.append(module.register_forward_pre_hook(hook).remove)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        while self._removers:
-            self._removers.pop()()
+    def install(self) -> None:
+        self.at_heads(self.lm, self.swaps)
 
 
-class HeadOutputs:
+class HeadOutputs(Hooks):
     """Context manager that keeps every layer's head outputs ``(B, T, H, D)`` as they enter the
     output projection, inside the autograd graph (for ``torch.autograd.grad``); ``detach=True``
     keeps plain copies instead."""
 
     def __init__(self, lm: LoadedModel, *, detach: bool = False) -> None:
+        super().__init__()
         self.lm = lm
         self.detach = detach
         self.outputs: dict[int, torch.Tensor] = {}
-        self._removers: list[Callable[[], None]] = []
 
-    def _hook(self, layer: int) -> Callable[..., Any]:
-        n_heads = self.lm.layout.heads_per_layer[layer]
-
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-            x = args[0]  # (B, T, H*D)
-            split = x.view(*x.shape[:-1], n_heads, -1)  # (B, T, H, D)
+    def _keep(self, layer: int) -> HeadFn:
+        def keep(z: torch.Tensor) -> torch.Tensor | None:
             if self.detach:
-                self.outputs[layer] = split.detach().clone()
+                self.outputs[layer] = z.detach().clone()
                 return None
             # The projection must read the very tensor kept, or a gradient with respect to it
             # would not flow: hand it back as the projection's input.
-            self.outputs[layer] = split
-            return (split.reshape(x.shape), *args[1:])
+            self.outputs[layer] = z
+            return z
 
-        return hook
+        return keep
 
-    def __enter__(self) -> HeadOutputs:
-        for module, served in by_module([h.out_proj for h in self.lm.layers]):
-            hook = per_call([self._hook(layer) for layer in served])
-            self._removers.append(module.register_forward_pre_hook(hook).remove)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        while self._removers:
-            self._removers.pop()()
+    def install(self) -> None:
+        self.at_heads(self.lm, {layer: [self._keep(layer)] for layer in range(self.lm.n_layers)})
 
 
 def decoder_layers(lm: LoadedModel) -> tuple[nn.Module, str, nn.ModuleList] | None:
@@ -163,23 +104,19 @@ def _uniform_layers(lm: LoadedModel) -> bool:
     return len(set(lm.layout.layer_windows)) <= 1 and (not types or len(set(types)) == 1)
 
 
-class Residuals:
+class Residuals(Hooks):
     """Context manager recording each decoder block's input ``(B, T, E)`` (the residual stream
     it reads) in one forward pass; ``None`` entries where the model has no block list."""
 
     def __init__(self, lm: LoadedModel) -> None:
+        super().__init__()
         self.lm = lm
         self.inputs: dict[int, torch.Tensor] = {}
-        self._removers: list[Callable[[], None]] = []
 
-    def __enter__(self) -> Residuals:
+    def install(self) -> None:
         found = decoder_layers(self.lm)
         if found is not None:
-            for i, block in enumerate(found[2]):
-                self._removers.append(
-                    block.register_forward_pre_hook(self._hook(i), with_kwargs=True).remove
-                )
-        return self
+            self.on_layers(list(found[2]), self._hook, pre=True, with_kwargs=True)
 
     def _hook(self, layer: int) -> Callable[..., Any]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -188,10 +125,6 @@ class Residuals:
                 self.inputs[layer] = hidden.detach()
 
         return hook
-
-    def __exit__(self, *exc: object) -> None:
-        while self._removers:
-            self._removers.pop()()
 
 
 def can_start_later(lm: LoadedModel) -> bool:
@@ -224,7 +157,8 @@ def starting_at(
             return (hidden, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": hidden}
 
-    remove = blocks[layer].register_forward_pre_hook(feed, with_kwargs=True).remove
+    feeding = Hooks()
+    feeding.before(blocks[layer], feed, with_kwargs=True)
     skip = layer > 0 and can_start_later(lm)
     if skip:
         parent._modules[name] = nn.ModuleList(list(blocks)[layer:])
@@ -233,32 +167,26 @@ def starting_at(
     finally:
         if skip:
             parent._modules[name] = blocks
-        remove()
+        feeding.remove()
 
 
-class OutputRecord:
+class OutputRecord(Hooks):
     """Context manager keeping plain copies of some modules' outputs ``(B, T, C)`` in one
     forward pass (``outputs[module]``); a module that returns a tuple is read at its first
     element."""
 
     def __init__(self, modules: Sequence[nn.Module]) -> None:
+        super().__init__()
         self.modules = list(modules)
         self.outputs: dict[nn.Module, torch.Tensor] = {}
-        self._removers: list[Callable[[], None]] = []
 
-    def __enter__(self) -> OutputRecord:
+    def install(self) -> None:
+        def hook(mod: nn.Module, args: Any, out: Any) -> None:
+            first = out[0] if isinstance(out, tuple) else out
+            self.outputs[mod] = first.detach().clone()
+
         for module in self.modules:
-
-            def hook(mod: nn.Module, args: Any, out: Any) -> None:
-                first = out[0] if isinstance(out, tuple) else out
-                self.outputs[mod] = first.detach().clone()
-
-            self._removers.append(module.register_forward_hook(hook).remove)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        while self._removers:
-            self._removers.pop()()
+            self.after(module, hook)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,15 +206,15 @@ class ColumnSwap:
     per_copy: bool = False
 
 
-class OutputPatch:
+class OutputPatch(Hooks):
     """Context manager: in a forward pass over ``N x B`` rows (copy-major), replace columns of
     modules' outputs as ``swaps`` say (a key or value projection's KV head, an MLP's output)."""
 
     def __init__(self, swaps: Mapping[nn.Module, ColumnSwap]) -> None:
+        super().__init__()
         self.swaps = dict(swaps)
-        self._removers: list[Callable[[], None]] = []
 
-    def __enter__(self) -> OutputPatch:
+    def install(self) -> None:
         for module, swap in self.swaps.items():
 
             def hook(mod: nn.Module, args: Any, out: Any, swap: ColumnSwap = swap) -> Any:
@@ -301,12 +229,7 @@ class OutputPatch:
                 patched = torch.where(where, source, rows).view(first.shape)
                 return (patched, *out[1:]) if isinstance(out, tuple) else patched
 
-            self._removers.append(module.register_forward_hook(hook).remove)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        while self._removers:
-            self._removers.pop()()
+            self.after(module, hook)
 
 
 def kv_columns(lm: LoadedModel, layer: int, component: str) -> tuple[nn.Module, list[slice]]:

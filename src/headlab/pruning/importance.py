@@ -22,7 +22,7 @@ import torch
 
 from headlab import distributed
 from headlab.models.loading import LoadedModel
-from headlab.pruning.metrics import Metric, Removed, gate_hooks
+from headlab.pruning.metrics import HeadGates, Metric, Removed
 
 
 def _grid(lm: LoadedModel) -> torch.Tensor:
@@ -46,18 +46,19 @@ def gradient_importance(
     flags = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(False)
-    handles = gate_hooks(lm, gates)
     total = torch.zeros(scores.shape, dtype=torch.float64)
     n = 0
     try:
-        with torch.enable_grad(), distributed.failures("importance scoring"):
+        with (
+            torch.enable_grad(),
+            HeadGates(lm, gates),
+            distributed.failures("importance scoring"),
+        ):
             for loss in metric.loss_batches(lm, distributed.part()):
                 (grad,) = torch.autograd.grad(loss, gates)
                 total += grad.abs().double().cpu()
                 n += 1
     finally:
-        for h in handles:
-            h.remove()
         for p, flag in zip(params, flags, strict=True):
             # an offloaded layer's weights are rebuilt at each forward (accelerate): those made
             # under inference mode cannot take requires_grad again, and need not

@@ -8,7 +8,7 @@ unit (a head; a KV group with its query heads under GQA, so the layout stays val
     z = clamp(s * (r - l) + l, 0, 1)                        beta = 2/3, (l, r) = (-0.1, 1.1)
 
 multiplied into the head's output before the output projection (the same hook as gradient
-importance, :func:`headlab.pruning.metrics.gate_hooks`). The stretch puts mass on exactly 0 and
+importance, :class:`headlab.pruning.metrics.HeadGates`). The stretch puts mass on exactly 0 and
 exactly 1, and the probability that a gate is not 0 is differentiable:
 
     P(z != 0) = sigmoid(log_alpha - beta * log(-l / r))
@@ -37,7 +37,7 @@ import torch
 
 from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
-from headlab.pruning.metrics import FidelityMetric, Metric, PerplexityMetric, gate_hooks
+from headlab.pruning.metrics import FidelityMetric, HeadGates, Metric, PerplexityMetric
 from headlab.pruning.progressive import units_of as units
 
 logger = logging.getLogger(__name__)
@@ -257,26 +257,22 @@ def train_gates(
     width = max(lm.layout.heads_per_layer)
     current = {"gates": torch.ones(lm.n_layers, width, device=device)}
     optimiser = torch.optim.Adam([log_alpha], lr=config.lr)
-    handles = gate_hooks(lm, lambda: current["gates"])
     losses: list[float] = []
-    try:
-        with training_only(lm.model, []):  # the model's weights frozen: only the gates learn
-            stream = batches(lm, data, generator)
-            for step in range(1, config.steps + 1):
-                z = sample_gates(log_alpha, generator)  # (U,)
-                grid = torch.ones(lm.n_layers, width, device=device, dtype=z.dtype)
-                current["gates"] = grid.index_put((rows, cols), z[which])  # (L, H)
-                task = next(stream)  # the forward runs here, with these gates
-                penalty = expected_l0(log_alpha).mean()
-                optimiser.zero_grad()
-                (task + config.weight * penalty).backward()
-                optimiser.step()
-                losses.append(float(task.detach()))
-                if on_step:
-                    on_step(step, float(task.detach()), float(penalty.detach()))
-    finally:
-        for h in handles:
-            h.remove()
+    # the model's weights frozen: only the gates learn
+    with HeadGates(lm, lambda: current["gates"]), training_only(lm.model, []):
+        stream = batches(lm, data, generator)
+        for step in range(1, config.steps + 1):
+            z = sample_gates(log_alpha, generator)  # (U,)
+            grid = torch.ones(lm.n_layers, width, device=device, dtype=z.dtype)
+            current["gates"] = grid.index_put((rows, cols), z[which])  # (L, H)
+            task = next(stream)  # the forward runs here, with these gates
+            penalty = expected_l0(log_alpha).mean()
+            optimiser.zero_grad()
+            (task + config.weight * penalty).backward()
+            optimiser.step()
+            losses.append(float(task.detach()))
+            if on_step:
+                on_step(step, float(task.detach()), float(penalty.detach()))
     alpha = log_alpha.detach().double().cpu()
     logger.info(
         "L0 gates: %d of %d units closed", int((deterministic_gates(alpha) <= 0).sum()), len(units)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from headlab.datasets.stsb import StsPair
 from headlab.errors import InputError
 from headlab.models.embeddings import Removed, ablated, embed, last_hidden, mean_pool
-from headlab.models.interface import by_module, per_call
+from headlab.models.hooks import HeadFn, Hooks
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import encode
 
@@ -45,29 +45,29 @@ def _ranks(v: torch.Tensor) -> torch.Tensor:
     return (sums / counts)[inverse]
 
 
-def gate_hooks(lm: LoadedModel, gates: torch.Tensor | Callable[[], torch.Tensor]) -> list[Any]:
-    """Multiply each head's output by ``gates[layer, head]`` (differentiable); returns handles.
+class HeadGates(Hooks):
+    """Context manager multiplying each head's output by ``gates[layer, head]`` (differentiable)
+    in the head-output slot: each layer's call gets its own layer's gates, also where one
+    projection serves several layers (ALBERT).
 
     ``gates`` may be a function returning the ``(L, H)`` gates, read at every forward (the L0
     gates are drawn anew for each batch)."""
-    current = gates if callable(gates) else (lambda: gates)
 
-    def gate(layer: int) -> Callable[..., Any]:
-        n = lm.layout.heads_per_layer[layer]
+    def __init__(self, lm: LoadedModel, gates: torch.Tensor | Callable[[], torch.Tensor]) -> None:
+        super().__init__()
+        self.lm = lm
+        self.current = gates if callable(gates) else (lambda: gates)
 
-        def hook(module: Any, args: tuple[Any, ...]) -> Any:
-            x = args[0]  # (B, T, H*D)
-            split = x.view(*x.shape[:-1], n, -1) * current()[layer, :n, None].to(x)  # on x's device
-            return (split.reshape(x.shape), *args[1:])
+    def _gate(self, layer: int) -> HeadFn:
+        n = self.lm.layout.heads_per_layer[layer]
 
-        return hook
+        def gate(z: torch.Tensor) -> torch.Tensor:  # (B, T, H, D)
+            return z * self.current()[layer, :n, None].to(z)  # on z's device
 
-    # one hook per module: a projection shared by several layers (ALBERT) gets each layer's
-    # gates at that layer's call
-    return [
-        module.register_forward_pre_hook(per_call([gate(layer) for layer in served]))
-        for module, served in by_module([h.out_proj for h in lm.layers])
-    ]
+        return gate
+
+    def install(self) -> None:
+        self.at_heads(self.lm, {layer: [self._gate(layer)] for layer in range(self.lm.n_layers)})
 
 
 class Metric(Protocol):

@@ -334,3 +334,80 @@ def test_an_atomically_written_file_follows_the_umask(tmp_path: Path) -> None:
     made = write_bytes_atomic(tmp_path / "atomic.txt", b"x")
     assert made.read_bytes() == b"x"
     assert (made.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["patch", "--figure", "{dir}/heat.png"], "--figure"),
+        (["patch", "--csv-out", "{dir}/effects.csv"], "--csv-out"),
+        (["patch", "--write", "{dir}/prompts.jsonl"], "--write"),
+        (["compose", "--receivers", "3.0", "--figure", "{dir}/k.png"], "--figure"),
+        (["circuit", "--html", "{dir}/circuit.html"], "--html"),
+    ],
+    ids=["patch-figure", "patch-csv", "patch-write", "compose", "circuit"],
+)
+def test_a_file_that_cannot_be_written_is_refused_before_the_model_loads(
+    argv: list[str],
+    flag: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """#58: a read-only folder is found before minutes of computing, in one line naming the
+    flag, and the model is never loaded."""
+    import tempfile
+
+    from headlab.cli import _model, main
+
+    def read_only(*args: Any, **kwargs: Any) -> str:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path))
+
+    def no_load(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(_model, "load_model", no_load)
+    code = main([*(a.format(dir=tmp_path) for a in argv), "--model", "tiny-shakespeare"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and line.startswith(f"headlab: error: {flag} ")
+    assert "Read-only file system" in line
+
+
+def test_a_write_that_fails_leaves_nothing_and_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from headlab.outputs import write_text_atomic
+
+    real = os.fdopen
+
+    def full(fd: int, *args: Any, **kwargs: Any) -> Any:
+        handle = real(fd, *args, **kwargs)
+
+        def fail(data: bytes) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        handle.write = fail
+        return handle
+
+    monkeypatch.setattr(os, "fdopen", full)
+    with pytest.raises(OutputError) as info:
+        write_text_atomic(tmp_path / "effects.csv", "layer,head\n")
+    assert str(info.value) == f"cannot write {tmp_path / 'effects.csv'}: No space left on device"
+    assert list(tmp_path.iterdir()) == []  # no half-written file, no temporary one
+
+
+def test_output_to_a_full_disk_is_one_line() -> None:
+    """``headlab spec smollm2 --json > /dev/full``: one line, exit 1, no traceback."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "headlab", "spec", "smollm2", "--json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1
+    assert done.stderr == "headlab: error: cannot write the output: No space left on device\n"

@@ -118,6 +118,17 @@ def check_output(
     return path
 
 
+def check_writable(path: str | Path) -> None:
+    """Check, before any work, that a file can be written at ``path`` (a hidden folder is made
+    and removed beside it: a read-only file system or a folder without permission fails here,
+    not after minutes of computing).
+
+    Raises:
+        OutputError: one line naming ``path`` and why.
+    """
+    _probe(Path(path))
+
+
 def _probe(path: Path) -> None:
     """Create and remove a hidden folder where ``path`` will be written."""
     parent = path.parent
@@ -305,8 +316,11 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     renamed into place: a reader sees the old file or the new one, never half of either. The
     one atomic file writer of headlab."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise write_error(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -314,6 +328,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, _file_mode())  # mkstemp makes 0600; a written file follows the umask
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a folder gone read-only: one line, nothing half-written
+        Path(tmp).unlink(missing_ok=True)
+        raise write_error(path, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -22,16 +22,16 @@ from headlab.causal.composition import (
     receiver_senders,
 )
 from headlab.causal.dla import direct_logit_attribution
-from headlab.causal.figure import write_heatmap
+from headlab.causal.figure import write_composition, write_heatmap
 from headlab.causal.methods import method as patch_method
 from headlab.causal.methods import names as method_names
 from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task, parse_position, run_patching
 from headlab.causal.paths import parse_head, parse_receiver, path_patching
 from headlab.causal.tasks import read_prompts
-from headlab.errors import InputError
+from headlab.errors import InputError, OutputError
 from headlab.models.names import DECODER, resolve
-from headlab.outputs import write_text_atomic
+from headlab.outputs import check_writable, write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 
 #: ``--method``'s default, the one path patching (``--to``) goes with
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 def check_outputs(outputs: Iterable[tuple[str, str | None, str]]) -> None:
     """Check each output ``(flag, path, suffix)`` given: its suffix, not a folder, in a folder
-    that exists.
+    that exists and can be written (before minutes of computing).
 
     Raises:
         InputError: one line naming the flag and the path.
@@ -62,6 +62,10 @@ def check_outputs(outputs: Iterable[tuple[str, str | None, str]]) -> None:
             raise InputError(f"{flag} {value}: is a folder; expected a {suffix} file")
         if not where.parent.is_dir():
             raise InputError(f"{flag} {value}: folder {where.parent} does not exist")
+        try:
+            check_writable(where)
+        except OutputError as exc:
+            raise InputError(f"{flag} {value}: {exc}") from None
 
 
 def check_request(
@@ -186,6 +190,10 @@ class PatchRequest:
     csv: bool = False
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Every check that needs no model (:class:`headlab.request.Request`)."""
         check_request(
             method=self.method,
             component=self.component,
@@ -200,6 +208,11 @@ class PatchRequest:
             csv=self.csv,
         )
         check_model(self.model, self.prompts)
+
+    def run(self, lm: LoadedModel, progress: Progress = NO_PROGRESS) -> Any:
+        """The measurement on ``lm`` (:func:`run_patch` on :func:`patch_task`'s prompts), its
+        heatmap and CSV written where ``figure`` and ``csv_out`` say."""
+        return run_patch(lm, patch_task(lm, self), self, progress=progress)
 
 
 def patch_task(lm: LoadedModel, request: PatchRequest) -> Task:
@@ -273,7 +286,7 @@ class ComposeRequest:
             pairs of each kind).
         kind: with ``receivers``: ``q``, ``k`` or ``v`` composition.
         top: pairs, or senders per receiver, listed.
-        figure: with ``receivers``: where their figure goes (written by the caller).
+        figure: with ``receivers``: where their figure goes (written by :meth:`run`).
         heads: ``receivers`` as ``(layer, head)`` pairs.
 
     Raises:
@@ -288,10 +301,22 @@ class ComposeRequest:
     heads: tuple[tuple[int, int], ...] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Every check that needs no model (:class:`headlab.request.Request`)."""
         if self.receivers:
             object.__setattr__(self, "heads", tuple(parse_heads(self.receivers)))
         elif self.figure:
             raise InputError("--figure draws the heads of --receivers: add --receivers L.H,...")
+        check_outputs([("--figure", self.figure, ".png")])
+
+    def run(self, lm: LoadedModel, progress: Progress = NO_PROGRESS) -> ComposeResult:
+        """:func:`run_compose`, and the receivers' figure written where ``figure`` says."""
+        result = run_compose(lm, self)
+        if self.figure and self.heads is not None:
+            write_composition(result.scores, self.kind, list(self.heads), self.figure)
+        return result
 
 
 @dataclass(frozen=True, kw_only=True)

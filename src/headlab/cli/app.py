@@ -141,4 +141,9 @@ def run() -> None:
     except BrokenPipeError:  # `headlab spec --json | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = EXIT_ERROR
+    except OSError as exc:  # `--json > /dev/full`: the output could not be written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        where = f" ({exc.filename})" if exc.filename else ""
+        sys.stderr.write(f"headlab: error: cannot write the output: {exc.strerror or exc}{where}\n")
+        code = EXIT_ERROR
     sys.exit(code)

@@ -6,7 +6,6 @@ import argparse
 import sys
 from typing import Any
 
-from headlab.causal.figure import write_composition
 from headlab.cli._args import integer, text
 from headlab.cli._causal import add_model, add_outputs, request
 from headlab.cli._model import load_model
@@ -45,13 +44,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from headlab.causal.request import ComposeRequest, run_compose
+    from headlab.causal.request import ComposeRequest
     from headlab.causal.text import compose_text
 
     composing = request(ComposeRequest, args)  # --receivers parsed before the model loads
-    result = run_compose(load_model(args), composing)
+    result = composing.run(load_model(args))
     if args.figure and composing.heads is not None:
-        write_composition(result.scores, args.kind, list(composing.heads), args.figure)
         print(f"wrote {args.figure}", file=sys.stderr)
     output(args, result.to_json(), lambda: compose_text(result, args.top))
     return 0

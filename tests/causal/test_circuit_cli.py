@@ -302,6 +302,8 @@ def test_flags_that_would_be_ignored_are_refused(tmp_path: Path, capsys) -> None
         "--eval-n": ["--eval-n", "8"],
         "--steps": ["--method", "eap", "--steps", "3"],
         "--roles": ["--no-classes", "--roles", str(found)],
+        "--mask-edges": ["--mask-edges", "10"],
+        "--mask-steps": ["--search", "top", "--mask-steps", "10"],
     }
     for flag, extra in cases.items():
         line = _fails([*base, *extra], capsys)
@@ -400,3 +402,41 @@ def test_a_post_norm_decoder_runs_end_to_end(tmp_path: Path, capsys) -> None:
     assert curve[-1]["faithfulness"] == pytest.approx(1.0, abs=1e-4)
     assert all(math.isfinite(e["score"]) for e in data["edges"])
     assert set(data["classes"]) <= set(CLASSES)
+
+
+def test_the_learned_search_measures_the_order_its_masks_give(run, tmp_path: Path, capsys) -> None:
+    """#59: ``--search learned`` learns a mask per edge on the discovery prompts and measures
+    the first edges of the order it gives on the held-out ones: the JSON says the masks'
+    target and steps, the full graph is the clean model, and a target beyond the graph is one
+    line before any scoring."""
+    from headlab.causal.circuit import circuit_logit_differences
+    from headlab.causal.cut import curve_sizes, first_edges, reaching_logits
+    from headlab.causal.learned import MaskOptions, learn_masks, learned_order
+    from headlab.causal.tasks import encode_task, read_prompts
+
+    folder = run[0]
+    found, held = _jsonl(tmp_path / "f.jsonl", PROMPTS), _jsonl(tmp_path / "h.jsonl", HELD_OUT)
+    argv = ["--model", str(folder), "--prompts", str(found), "--eval-prompts", str(held)]
+    argv += ["--method", "eap", "--no-classes", "--search", "learned"]
+    data, _ = _circuit([*argv, "--mask-edges", "20", "--mask-steps", "30"], capsys)
+    assert data["search"] == "learned"
+    assert data["masks"]["target"] == 20 and data["masks"]["steps"] == 30
+    assert data["curve"][-1] == {"edges": data["edges_total"], "faithfulness": 1.0}
+    # the same masks, learned again by the library, give the same curve
+    from headlab.models import load
+
+    lm = load(folder, with_lm_head=True)
+    graph = build_graph(lm)
+    small = encode_task(lm.tokenizer, read_prompts(found), batch=8)
+    order = learned_order(graph, learn_masks(lm, graph, small, MaskOptions(target=20, steps=30)))
+    sizes = [p["edges"] for p in data["curve"]]
+    asked = curve_sizes(graph.n_edges)[:3]
+    circuits = [reaching_logits(graph, first_edges(graph, order, n)) for n in asked]
+    lds, clean, corrupt = circuit_logit_differences(
+        lm, graph, encode_task(lm.tokenizer, read_prompts(held)), circuits
+    )
+    assert [int(c.sum()) for c in circuits] == sizes[:3]
+    for point, ld in zip(data["curve"][:3], lds, strict=True):
+        assert point["faithfulness"] == pytest.approx((ld - corrupt) / (clean - corrupt), abs=1e-4)
+    line = _fails(["circuit", *argv, "--mask-edges", "999999"], capsys)
+    assert "--mask-edges 999999" in line and "edges" in line

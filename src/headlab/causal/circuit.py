@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 
 from headlab.causal.attribution import _interpolated_embeddings
-from headlab.causal.cut import curve_sizes, first_edges, greedy_order, top_edges
+from headlab.causal.cut import curve_sizes, first_edges, greedy_order, reaching_logits, top_edges
 from headlab.causal.edges import EdgeRun, check_sum, receiver_gradients
 from headlab.causal.graph import Graph, build_graph
 from headlab.causal.metric import IG_STEPS, check_task, last_logits, logit_difference
@@ -225,8 +225,8 @@ def circuit_logit_differences(
     return [s / n for s in sums], clean_sum / n, corrupt_sum / n
 
 
-Search = Literal["greedy", "top"]
-SEARCHES = ("greedy", "top")
+Search = Literal["greedy", "top", "learned"]
+SEARCHES = ("greedy", "top", "learned")
 #: the shares of the logit difference whose smallest circuits a curve names
 TARGETS = (0.8, 0.9)
 
@@ -255,15 +255,25 @@ class Curve:
 
 
 def cut(
-    graph: Graph, scores: torch.Tensor, sizes: Sequence[int], search: Search
+    graph: Graph,
+    scores: torch.Tensor,
+    sizes: Sequence[int],
+    search: Search,
+    order: Sequence[tuple[int, int]] | None = None,
 ) -> list[torch.Tensor]:
-    """The circuits of ``sizes`` edges cut from ``scores`` by ``search``."""
+    """The circuits of ``sizes`` edges cut from ``scores`` by ``search``; ``learned``: the
+    first edges of ``order`` (:func:`headlab.causal.learned.learned_order`), less those that
+    lead nowhere."""
     if search not in SEARCHES:
         raise InputError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
     if search == "top":
         return [top_edges(graph, scores, n) for n in sizes]
-    order = greedy_order(graph, scores)
-    return [first_edges(graph, order, n) for n in sizes]
+    if search == "learned":
+        if order is None:
+            raise InputError("the learned search needs the order its masks give")
+        return [reaching_logits(graph, first_edges(graph, list(order), n)) for n in sizes]
+    greedy = greedy_order(graph, scores)
+    return [first_edges(graph, greedy, n) for n in sizes]
 
 
 def faithfulness_curve(
@@ -273,10 +283,12 @@ def faithfulness_curve(
     *,
     sizes: Sequence[int] | None = None,
     search: Search = "greedy",
+    order: Sequence[tuple[int, int]] | None = None,
     progress: Progress | None = None,
 ) -> Curve:
-    """Cut ``scores`` to circuits of ``sizes`` edges (default :func:`curve_sizes`) and run
-    each on ``task`` (prompts not used to score the edges), every edge outside it corrupted.
+    """Cut ``scores`` to circuits of ``sizes`` edges (default :func:`curve_sizes`; with the
+    ``learned`` search, the first edges of ``order``) and run each on ``task`` (prompts not
+    used to find them), every edge outside it corrupted.
 
     Raises:
         InputError: the held-out prompts' clean and corrupted runs score the same.
@@ -286,7 +298,7 @@ def faithfulness_curve(
     check_task(lm, task)
     check_differs(task)
     sizes = list(curve_sizes(graph.n_edges) if sizes is None else sizes)
-    circuits = cut(graph, scores.scores, sizes, search)
+    circuits = cut(graph, scores.scores, sizes, search, order)
     lds, clean, corrupt = circuit_logit_differences(lm, graph, task, circuits, progress=progress)
     _same_score(task, clean, corrupt)
     faith = [(ld - corrupt) / (clean - corrupt) for ld in lds]

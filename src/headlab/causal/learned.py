@@ -72,11 +72,13 @@ class LearnedMasks:
 
     Attributes:
         logits: ``(S, R)`` float32, ``-inf`` where there is no edge; larger is kept first.
+        target: the number of edges the masks were pushed towards.
         kept: the expected number of edges kept at the end.
         loss: the faithfulness part of the loss at each step.
     """
 
     logits: torch.Tensor
+    target: int
     kept: float
     loss: list[float]
     seconds: float
@@ -171,6 +173,7 @@ def learn_masks(
     final = logits.detach().masked_fill(~edges, -torch.inf)
     return LearnedMasks(
         logits=final,
+        target=options.target,
         kept=float(expected_kept(logits.detach())[edges].sum()),
         loss=losses,
         seconds=time.perf_counter() - start,

@@ -56,10 +56,24 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--steps", type=integer(1, 100), help=f"eap-ig's points ({IG_STEPS})")
     p.add_argument(
         "--search",
-        choices=("greedy", "top"),
+        choices=("greedy", "top", "learned"),
         default="greedy",
         help="greedy: from the logits down, an edge joins once its receiver is in (default); "
-        "top: the edges of largest |score|, less those that lead nowhere",
+        "top: the edges of largest |score|, less those that lead nowhere; learned: a mask per "
+        "edge learned by gradient descent to keep the behaviour with --mask-edges edges "
+        "(edge pruning, Bhaskar et al. 2024)",
+    )
+    p.add_argument(
+        "--mask-edges",
+        type=integer(1, 10**9),
+        metavar="N",
+        help="with --search learned: the edges the masks aim for (default 5%% of the graph's)",
+    )
+    p.add_argument(
+        "--mask-steps",
+        type=integer(1, 100_000),
+        metavar="N",
+        help="with --search learned: optimiser steps, 8 prompts each (default 300)",
     )
     p.add_argument(
         "--sizes",

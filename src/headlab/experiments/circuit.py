@@ -32,12 +32,17 @@ from headlab.causal.circuit import (
 from headlab.causal.cut import check_sizes
 from headlab.causal.figure import CLASS_COLOURS
 from headlab.causal.graph import build_graph
-from headlab.causal.tasks import Task
+from headlab.causal.learned import LearnedMasks, MaskOptions, learn_masks, learned_order
+from headlab.causal.tasks import Task, encode_task
 from headlab.errors import InputError
 from headlab.experiments.head_classes import CLASS_RULES, CLASSES, head_classes
 from headlab.models.loading import LoadedModel
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.text import Part, table
+
+#: the learned search's defaults: the share of the graph's edges its masks aim for (the
+#: circuit #59 asks for), its steps, and the prompts a step takes
+MASK_SHARE, MASK_STEPS, MASK_BATCH = 0.05, 300, 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +59,7 @@ class CircuitResult:
 
     scores: EdgeScores
     curve: Curve
+    masks: LearnedMasks | None
     chosen: int
     target: float
     eval_task: str
@@ -112,6 +118,19 @@ class CircuitResult:
             "method": s.method,
             "steps": s.steps,
             "search": c.search,
+            # the learned search's target, steps and time ("kept": gates open at the end)
+            **(
+                {}
+                if self.masks is None
+                else {
+                    "masks": {
+                        "target": self.masks.target,
+                        "steps": len(self.masks.loss),
+                        "kept": round(self.masks.kept, 1),
+                        "seconds": round(self.masks.seconds, 2),
+                    }
+                }
+            ),
             "clean": round(s.clean, 4),
             "corrupt": round(s.corrupt, 4),
             "eval": {"clean": round(c.clean, 4), "corrupt": round(c.corrupt, 4)},
@@ -175,10 +194,16 @@ def find_circuit(
     target: float = 0.8,
     classes: bool = True,
     roles: dict[tuple[int, int], str] | None = None,
+    mask_edges: int | None = None,
+    mask_steps: int = MASK_STEPS,
     progress: Progress | None = None,
 ) -> CircuitResult:
     """Score every edge on ``task``, measure circuits of growing size on ``eval_task``, keep
     the smallest reaching ``target`` and name its heads' classes (with ``classes``).
+
+    ``search="learned"`` learns a mask per edge on ``task`` (:mod:`headlab.causal.learned`,
+    ``mask_steps`` steps of :data:`MASK_BATCH` prompts, towards ``mask_edges`` edges, default
+    :data:`MASK_SHARE` of them) and measures the first edges of the order it gives.
 
     Without ``classes`` every head's class is ``None`` (not named, rather than unexplained).
     If no circuit measured reaches ``target``, the most faithful is kept and
@@ -198,8 +223,22 @@ def find_circuit(
     if sizes is not None:
         check_sizes(graph, sizes)
         sizes = sorted(set(sizes))  # measured smallest first, each once
+    if search == "learned" and mask_edges is not None and mask_edges > graph.n_edges:
+        raise InputError(
+            f"--mask-edges {mask_edges}: the graph of {lm.name} has {graph.n_edges} edges"
+        )
     scores = edge_scores(lm, task, method=method, steps=steps, graph=graph, progress=progress)
-    curve = faithfulness_curve(lm, scores, eval_task, sizes=sizes, search=search, progress=progress)
+    order, masks = None, None
+    if search == "learned":
+        options = MaskOptions(
+            target=mask_edges or max(1, round(MASK_SHARE * graph.n_edges)), steps=mask_steps
+        )
+        small = encode_task(lm.tokenizer, task.prompts, name=task.name, batch=MASK_BATCH)
+        masks = learn_masks(lm, graph, small, options, progress=progress)
+        order = learned_order(graph, masks)
+    curve = faithfulness_curve(
+        lm, scores, eval_task, sizes=sizes, search=search, order=order, progress=progress
+    )
     reached = [i for i, f in enumerate(curve.faithfulness) if f >= target]
     chosen = (
         min(reached, key=lambda i: curve.edges[i])
@@ -215,6 +254,7 @@ def find_circuit(
     return CircuitResult(
         scores=scores,
         curve=curve,
+        masks=masks,
         chosen=chosen,
         target=target,
         eval_task=eval_task.name,

@@ -23,7 +23,7 @@ from headlab.causal.patching import as_task
 from headlab.causal.request import check_model, check_outputs
 from headlab.causal.tasks import encode_task, read_prompts
 from headlab.errors import DataFormatError, InputError
-from headlab.experiments.circuit import CircuitResult, find_circuit
+from headlab.experiments.circuit import MASK_STEPS, CircuitResult, find_circuit
 from headlab.experiments.head_classes import roles_by_head
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
@@ -49,6 +49,9 @@ class CircuitRequest:
         prompts, eval_prompts: JSON Lines files of discovery and held-out prompts instead.
         method, steps, search, sizes, target: as :func:`find_circuit` takes them (``steps``
             ``None``: :data:`~headlab.causal.metric.IG_STEPS`).
+        mask_edges, mask_steps: the learned search's target and steps (``None``: its
+            defaults, :data:`~headlab.experiments.circuit.MASK_SHARE` of the edges and
+            :data:`~headlab.experiments.circuit.MASK_STEPS`).
         no_classes: name no head.
         roles: a ``headlab roles --json`` run of the model (default: its cached run).
         html, figure: the circuit's page and its PNG graph, to write.
@@ -68,6 +71,8 @@ class CircuitRequest:
     method: str = "eap-ig"
     steps: int | None = None
     search: str = "greedy"
+    mask_edges: int | None = None
+    mask_steps: int | None = None
     sizes: tuple[int, ...] | None = None
     target: float = 0.8
     no_classes: bool = False
@@ -92,6 +97,16 @@ class CircuitRequest:
             ),
             ("--steps", self.steps is not None and self.method == "eap", "--method eap has none"),
             ("--roles", self.roles and self.no_classes, "--no-classes names no head"),
+            (
+                "--mask-edges",
+                self.mask_edges is not None and self.search != "learned",
+                "masks are learned by --search learned",
+            ),
+            (
+                "--mask-steps",
+                self.mask_steps is not None and self.search != "learned",
+                "masks are learned by --search learned",
+            ),
         ):
             if ignored:
                 raise InputError(f"{flag} has no effect here: {reason}")
@@ -169,6 +184,8 @@ def run_circuit(
         method=request.method,  # type: ignore[arg-type]
         steps=request.steps or IG_STEPS,
         search=request.search,  # type: ignore[arg-type]
+        mask_edges=request.mask_edges,
+        mask_steps=request.mask_steps or MASK_STEPS,
         sizes=request.sizes,
         target=request.target,
         classes=not request.no_classes,

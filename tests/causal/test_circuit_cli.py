@@ -357,6 +357,18 @@ def test_prompts_that_cannot_find_a_circuit_are_refused(run, tmp_path: Path, cap
     argv = [*base, "--prompts", str(held), "--eval-prompts", str(held)]
     line = _fails([*argv, "--sizes", f"10,{total + 1}"], capsys)
     assert f"a circuit has 0..{total} edges in this model, got {total + 1}" in line
+    assert main([*argv, "--sizes", "0,10"]) == 2  # a 0-edge "circuit" is no circuit (#59)
+    assert "--sizes" in capsys.readouterr().err
+
+
+def test_a_corrupt_config_is_said_to_be_corrupt(tmp_path: Path, capsys) -> None:
+    """#59: a config.json that is not JSON is reported as such by patch and circuit, not as
+    "not a causal language model"."""
+    folder = build("llama", tmp_path / "llama", lm_head=True, seed=5)
+    (folder / "config.json").write_text('{"model_type": "llama",', encoding="utf-8")
+    for command in ("patch", "circuit"):
+        line = _fails([command, "--model", str(folder)], capsys)
+        assert "not a causal language model" not in line and "config.json" in line, line
 
 
 def test_roles_of_another_layout_are_refused(tmp_path: Path) -> None:

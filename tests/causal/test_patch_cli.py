@@ -225,3 +225,39 @@ def test_the_report_draws_a_patching_result(
     line = _fails([*report, "--out", str(tmp_path / "r2"), "--patch", str(bad)], capsys)
     assert "expected the JSON of headlab patch --json" in line and str(bad) in line
     assert not (tmp_path / "r2").exists()
+
+
+def test_a_prompt_longer_than_the_model_reads_is_refused(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#59: a prompt past the model's positions (128 in the tiny Llama) is refused in one line
+    naming the file, the line and the limit, not run with exit 0."""
+    long = " and".join(["When Mary and John went to the store, John gave a drink to"] * 12)
+    prompts = [PROMPTS[0], {**PROMPTS[0], "clean": long, "corrupt": long.replace("Mary", "Anna")}]
+    path = _jsonl(tmp_path / "long.jsonl", prompts)
+    line = _fails(["patch", "--model", str(folder), "--prompts", str(path)], capsys)
+    assert f"{path}, line 2:" in line and "reads at most 128" in line
+
+
+def test_answers_of_more_than_one_token_are_said_on_stderr(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#59: an answer the tokenizer splits is read by its first token, and stderr says so in
+    one line with an example (a CJK character's first token is a byte fragment)."""
+    from headlab.causal.tasks import encode_task, parse_prompt
+    from headlab.models import load
+
+    lm = load(folder, with_lm_head=True)
+    split = [w for w in (" Anastasia", " Bartholomew", " 李", " zyxwvut", " qqqqzzzz")]
+    words = [w for w in split if len(lm.tokenizer.encode(w, add_special_tokens=False)) > 1]
+    assert words, "every word is one token in the tiny tokenizer"
+    prompts = [{**PROMPTS[0], "answer": w} for w in words]
+    task = encode_task(lm.tokenizer, [parse_prompt(p) for p in prompts])
+    (line,) = task.notes
+    assert line.startswith(f"{len(words)} answer(s) or distractor(s) are more than one token")
+    path = _jsonl(tmp_path / "long.jsonl", prompts)
+    assert main(["patch", "--model", str(folder), "--prompts", str(path), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert f"headlab patch: note: {line}\n" in err
+    one = encode_task(lm.tokenizer, [parse_prompt(PROMPTS[0])])
+    assert one.notes == ()

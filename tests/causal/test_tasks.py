@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,14 @@ def smollm2_tokenizer(smollm2_folder: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(smollm2_folder))
+
+
+@needs_smollm2
+def test_a_cjk_answer_cut_to_a_byte_fragment_is_said(smollm2_tokenizer: Any) -> None:
+    """#59: SmolLM2 spells 李 in byte tokens; the task says its first token is a fragment."""
+    (line,) = encode_task(smollm2_tokenizer, [replace(MARY, answer=" 李")]).notes
+    assert line.startswith("1 answer(s) or distractor(s) are more than one token")
+    assert "a byte fragment of ' 李'" in line
 
 
 @needs_smollm2

@@ -53,7 +53,7 @@ def _positions(position: int | None, length: int) -> torch.Tensor | None:
 
 def check_task(lm: LoadedModel, task: Task) -> None:
     """A one-line error unless ``lm`` is a language model with its head (the metric reads
-    next-token logits) and ``task`` has prompts."""
+    next-token logits) and ``task`` has prompts, none longer than the model reads."""
     if lm.model.get_output_embeddings() is None:
         raise InputError(
             f"patching reads next-token logits: load {lm.name} with its language-model head "
@@ -61,6 +61,14 @@ def check_task(lm: LoadedModel, task: Task) -> None:
         )
     if not task.batches:
         raise InputError(f"task {task.name!r} has no prompts")
+    limit = lm.max_positions
+    longest = max(task.batches, key=lambda b: b.clean.shape[-1])
+    if limit is not None and longest.clean.shape[-1] > limit:
+        where = task.prompts[longest.index[0]].source or f"prompt {longest.index[0] + 1}"
+        raise InputError(
+            f"{where}: the prompt has {longest.clean.shape[-1]} tokens; {lm.name} reads at most "
+            f"{limit}"
+        )
 
 
 def _check_layers(lm: LoadedModel, layers: Sequence[int] | None) -> list[int]:

@@ -87,6 +87,8 @@ class Task:
     name: str
     prompts: tuple[Prompt, ...]
     batches: tuple[Batch, ...]
+    #: what a person should hear about the encoding (answers cut to their first token)
+    notes: tuple[str, ...] = ()
 
     @property
     def n_prompts(self) -> int:
@@ -204,6 +206,7 @@ def encode_task(
     if batch < 1:
         raise InputError(f"batch must be at least 1, got {batch}")
     rows: dict[int, list[tuple[int, list[int], list[int], int, int]]] = {}
+    cut: list[tuple[str, int]] = []  # answers and distractors of more than one token
     for i, p in enumerate(prompts):
         where = p.source or f"prompt {i + 1}"
         clean, corrupt = prefix_ids(tokenizer, p.clean), prefix_ids(tokenizer, p.corrupt)
@@ -215,6 +218,9 @@ def encode_task(
             )
         answer = first_token(tokenizer, p.answer, "answer", where)
         distractor = first_token(tokenizer, p.distractor, "distractor", where)
+        for text, token in ((p.answer, answer), (p.distractor, distractor)):
+            if len(tokenizer(text, add_special_tokens=False)["input_ids"]) > 1:
+                cut.append((text, token))
         if answer == distractor:
             raise _line_error(
                 where,
@@ -235,4 +241,21 @@ def encode_task(
                     index=tuple(r[0] for r in chunk),
                 )
             )
-    return Task(name=name, prompts=tuple(prompts), batches=tuple(batches))
+    return Task(
+        name=name, prompts=tuple(prompts), batches=tuple(batches), notes=_cut_notes(tokenizer, cut)
+    )
+
+
+def _cut_notes(tokenizer: Any, cut: list[tuple[str, int]]) -> tuple[str, ...]:
+    """One line on answers and distractors read by their first token only, with an example
+    (a first token that is a byte fragment, as a CJK character's can be, said so)."""
+    if not cut:
+        return ()
+    text, token = cut[0]
+    decode = getattr(tokenizer, "decode", None)
+    first = decode([token]) if callable(decode) else f"token {token}"
+    shown = f"a byte fragment of {text!r}" if "\ufffd" in first else f"{text!r} -> {first!r}"
+    return (
+        f"{len(cut)} answer(s) or distractor(s) are more than one token; the logit difference "
+        f"reads the first token of each ({shown})",
+    )

@@ -10,7 +10,7 @@ from headlab.causal.methods import SOURCES, choices_help, names
 from headlab.cli._args import integer, text
 from headlab.cli._causal import add_model, add_outputs, add_prompts, request
 from headlab.cli._model import load_model
-from headlab.cli._output import output
+from headlab.cli._output import note, output
 from headlab.cli._progress import progress_for
 
 
@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     patching = request(PatchRequest, args)  # every check before the model loads
     lm = load_model(args, with_lm_head=True)
     task = patch_task(lm, patching)
+    for line in task.notes:
+        note("headlab patch", line)
     if args.write:
         from headlab.causal.tasks import write_prompts
 

@@ -176,6 +176,8 @@ def run_circuit(
             name, lm.tokenizer, request.eval_n or n, seed=request.seed, part="held-out"
         )
         held = encode_task(lm.tokenizer, drawn, name=f"{name} held-out")
+    for line in dict.fromkeys([*task.notes, *held.notes]):
+        notify(line)
     roles, roles_from = _roles(lm, request, notify)
     result = find_circuit(
         lm,

@@ -192,14 +192,14 @@ def _cached_causal(name: str) -> bool | None:
         return None
 
 
-def _config_causal(folder: Path) -> bool:
-    """Whether a folder's config.json names a causal LM architecture (``False`` when its config
-    cannot be read: loading it says what is wrong)."""
+def _config_causal(folder: Path) -> bool | None:
+    """Whether a folder's config.json names a causal LM architecture (``None`` when its config
+    cannot be read: loading it says what is wrong, rather than "not a causal model")."""
     try:
         data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         architectures = data.get("architectures") or []
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return False
+        return None
     return any(str(a).endswith(_CAUSAL_SUFFIXES) for a in architectures)
 
 

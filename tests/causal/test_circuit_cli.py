@@ -430,7 +430,11 @@ def test_the_learned_search_measures_the_order_its_masks_give(run, tmp_path: Pat
     found, held = _jsonl(tmp_path / "f.jsonl", PROMPTS), _jsonl(tmp_path / "h.jsonl", HELD_OUT)
     argv = ["--model", str(folder), "--prompts", str(found), "--eval-prompts", str(held)]
     argv += ["--method", "eap", "--no-classes", "--search", "learned"]
-    data, _ = _circuit([*argv, "--mask-edges", "20", "--mask-steps", "30"], capsys)
+    page = tmp_path / "learned.html"
+    data, err = _circuit(
+        [*argv, "--mask-edges", "20", "--mask-steps", "30", "--html", str(page)], capsys
+    )
+    assert err == f"wrote {page}\n" and page.is_file()
     assert data["search"] == "learned"
     assert data["masks"]["target"] == 20 and data["masks"]["steps"] == 30
     assert data["curve"][-1] == {"edges": data["edges_total"], "faithfulness": 1.0}

@@ -56,7 +56,9 @@ def test_json_names_every_head_and_the_metric(
     figure, table = tmp_path / "heat.png", tmp_path / "heads.csv"
     argv = ["-q", "patch", "--model", str(folder), "--prompts", str(prompts), "--json"]
     assert main([*argv, "--figure", str(figure), "--csv-out", str(table)]) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert captured.err == f"wrote {figure}\nwrote {table}\n"  # each file written, said (#59)
     assert out["model"] and out["task"] == "ioi.jsonl" and out["method"] == "activation"
     assert out["position"] == "all" and out["n_prompts"] == 2
     assert set(out["metric"]) >= {"clean", "corrupt"}

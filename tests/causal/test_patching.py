@@ -542,3 +542,38 @@ def test_the_runs_seconds_count_the_layer_stage(tiny, monkeypatch):
     with_layers = patching.run_patching(tiny, task, layer_table=True)
     assert with_layers.layers is not None
     assert with_layers.seconds >= 0.5 and with_layers.seconds > without.seconds
+
+
+class _Stages:
+    def __init__(self) -> None:
+        self.stages: list[list] = []
+
+    def start(self, name: str, total: int | None = None, unit: str = "items") -> None:
+        self.stages.append([name, total, unit, 0])
+
+    def advance(self, n: int = 1, *, note: str | None = None) -> None:
+        self.stages[-1][3] += n
+
+    def end(self) -> None:
+        pass
+
+
+def test_progress_counts_what_it_names(tiny: LoadedModel) -> None:
+    """#59: with two batches of prompts the bar counts head passes and says so, instead of
+    calling twice the heads "heads"; one batch counts heads; path patching of one sender
+    says "sender"."""
+    from headlab.causal.paths import parse_receiver, path_patching
+
+    one, _ = _random_task(tiny, 3, 9, seed=1)
+    two = Task(name="two", prompts=one.prompts * 2, batches=one.batches * 2)
+    heads = sum(tiny.layout.heads_per_layer)
+    for task, label, total, unit in (
+        (one, "patching heads", heads, "heads"),
+        (two, f"patching heads ({heads} heads x 2 batches)", 2 * heads, "passes"),
+    ):
+        seen = _Stages()
+        activation_patching(tiny, task, progress=seen)
+        assert seen.stages == [[label, total, unit, total]]
+    seen = _Stages()
+    path_patching(tiny, one, parse_receiver("logits"), senders=[(0, 1)], progress=seen)
+    assert seen.stages == [["path patching", 1, "sender", 1]]

@@ -25,6 +25,7 @@ from headlab.causal.metric import (
     _empty,
     _normalize,
     _positions,
+    batched,
     check_task,
     last_logits,
     logit_difference,
@@ -184,12 +185,13 @@ def activation_patching(
     device = lm.device
     patched_sum = _empty(lm).nan_to_num(0.0)
     clean_sum = corrupt_sum = 0.0
-    total = sum(_units(lm, layer, component) for layer in chosen_layers) * len(task.batches)
+    units = sum(_units(lm, layer, component) for layer in chosen_layers)
     unit = "heads" if component == "z" else "KV heads"
+    label, total, counted = batched(f"patching {unit}", units, len(task.batches), unit)
     with torch.inference_mode():
         means = _mean_heads(lm, task) if source == "mean" else None
         others = _previous_at(lm, task, position) if source == "resample" else None
-    with torch.inference_mode(), stage(progress, f"patching {unit}", total, unit) as bar:
+    with torch.inference_mode(), stage(progress, label, total, counted) as bar:
         for batch in task.batches:
             batch = batch.to(device)
             n_prompts, length = batch.clean.shape
@@ -405,8 +407,8 @@ def layer_patching(
     recorded = [m for m in mlps if m is not None]
     sums = torch.zeros(len(LAYER_PARTS), lm.n_layers, dtype=torch.float64)
     clean_sum = corrupt_sum = 0.0
-    total = lm.n_layers * len(task.batches)
-    with torch.inference_mode(), stage(progress, "patching layers", total, "layers") as bar:
+    label, total, unit = batched("patching layers", lm.n_layers, len(task.batches), "layers")
+    with torch.inference_mode(), stage(progress, label, total, unit) as bar:
         for batch in task.batches:
             batch = batch.to(lm.device)
             where = _positions(position, batch.clean.shape[1])

@@ -51,6 +51,14 @@ def _positions(position: int | None, length: int) -> torch.Tensor | None:
     return mask
 
 
+def batched(name: str, per_batch: int, batches: int, unit: str) -> tuple[str, int, str]:
+    """A stage's ``(name, total, unit)`` that counts what it names: ``per_batch`` ``unit``
+    once per batch of prompts (``"patching heads (270 heads x 2 batches)", 540, "passes"``)."""
+    if batches == 1:
+        return name, per_batch, unit
+    return f"{name} ({per_batch} {unit} x {batches} batches)", per_batch * batches, "passes"
+
+
 def check_task(lm: LoadedModel, task: Task) -> None:
     """A one-line error unless ``lm`` is a language model with its head (the metric reads
     next-token logits) and ``task`` has prompts, none longer than the model reads."""

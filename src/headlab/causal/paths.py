@@ -40,6 +40,7 @@ from headlab.causal.metric import (
     _check_layers,
     _normalize,
     _positions,
+    batched,
     check_task,
     last_logits,
     logit_difference,
@@ -208,8 +209,9 @@ def path_patching(
     for layer, heads in by_layer.items():
         patched[layer, heads] = 0.0
     clean_sum = corrupt_sum = 0.0
-    total = len(senders) * len(task.batches)
-    with torch.inference_mode(), stage(progress, "path patching", total, "senders") as bar:
+    noun = "sender" if len(senders) == 1 else "senders"
+    label, total, unit = batched("path patching", len(senders), len(task.batches), noun)
+    with torch.inference_mode(), stage(progress, label, total, unit) as bar:
         for batch in task.batches:
             batch = batch.to(lm.device)
             where = _positions(position, batch.clean.shape[1])

@@ -4,6 +4,7 @@ its heads named from evidence (:mod:`headlab.experiments.circuit`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from headlab.cli._args import integer, listed, share, text
@@ -113,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         found = circuit.run(lm, progress, notify=_note)
     data = found.to_json()
     found.write(circuit, circuit_html(data) if args.html else None)  # the page built first
+    for path in (args.html, args.figure):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
     output(args, data, lambda: circuit_text(data, args.top))
     return 0
 

@@ -113,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with progress_for(args, "headlab patch") as progress:
         result = run_patch(lm, task, patching, progress=progress)
+    for path in (args.figure, args.csv_out):
+        if path and not args.to:  # path patching writes a table only
+            print(f"wrote {path}", file=sys.stderr)
     csv = None if args.to else lambda: result.to_csv()  # path patching has a table only
     output(args, result.to_json(), lambda: patch_text(result, args.top), csv)
     return 0

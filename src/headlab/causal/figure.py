@@ -10,10 +10,25 @@ from typing import Any
 from headlab.outputs import write_bytes_atomic
 
 
+def heatmap_bound(effects: Any) -> float:
+    """The heatmap's colour scale, symmetric: the effects are shares of the logit difference,
+    so the scale is +-1 (a largest effect of 0.013 stays pale), wider only where an effect
+    exceeds it (heads overlap: one can remove more than the whole difference)."""
+    finite = abs(effects[effects == effects])
+    return max(1.0, float(finite.max(initial=0.0)))
+
+
+def label_colour(value: float, bound: float) -> str:
+    """White on the darkest cells of the red-blue map, black elsewhere (readable on both)."""
+    return "white" if abs(value) > 0.55 * bound else "black"
+
+
 def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
     """Draw ``result`` (a :class:`~headlab.causal.patching.PatchingResult`) as a layers x heads
-    heatmap, red where a head carries the behaviour, blue where it works against it; the
-    ``label`` heads of largest absolute effect carry their value. Written atomically."""
+    heatmap, red where a head carries the behaviour, blue where it works against it, on a fixed
+    scale (:func:`heatmap_bound`); the ``label`` heads of largest absolute effect carry their
+    value; every layer is labelled; the title names what was patched, where and from what.
+    Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,26 +36,50 @@ def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
 
     effects = result.effects.double().numpy()  # (L, H), NaN where a layer has no such head
     n_layers, n_heads = effects.shape
-    bound = float(abs(effects[effects == effects]).max(initial=0.0)) or 1.0
+    bound = heatmap_bound(effects)
     fig, ax = plt.subplots(figsize=(0.42 * n_heads + 2.6, 0.22 * n_layers + 1.6))
     image = ax.imshow(
         effects, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", origin="lower"
     )
     for layer, head, value in result.top(label):
-        ax.text(head, layer, f"{value:+.2f}", ha="center", va="center", fontsize=6)
+        ax.text(
+            head,
+            layer,
+            f"{value:+.2f}",
+            ha="center",
+            va="center",
+            fontsize=6,
+            color=label_colour(value, bound),
+        )
     unit = "KV head" if result.unit == "kv_head" else "head"
     ax.set_xlabel(unit)
     ax.set_ylabel("layer")
     ax.set_xticks(range(n_heads))
-    step = max(1, n_layers // 15)
-    ax.set_yticks(range(0, n_layers, step))
+    ax.set_yticks(range(n_layers), [str(x) for x in range(n_layers)], fontsize=6)
+    parts = {"z": "head outputs", "q": "queries", "k": "keys", "v": "values"}
+    what = parts.get(result.component, result.component)
+    where = "every position" if result.position is None else f"position {result.position}"
+    source = {"corrupt": "the corrupted run", "mean": "the mean", "resample": "another prompt"}
     ax.set_title(
-        f"{result.method} patching, {result.model}, {result.task}\n"
-        f"LD clean {result.clean:.2f}, corrupt {result.corrupt:.2f} ({result.n_prompts} prompts)",
+        f"{result.method} patching of {what} at {where}, from "
+        f"{source.get(result.source, result.source)}\n{result.model}, {result.task}: LD clean "
+        f"{result.clean:.2f}, corrupt {result.corrupt:.2f} ({result.n_prompts} prompts)",
         fontsize=8,
     )
     fig.colorbar(image, ax=ax, label="effect (share of the logit difference removed)")
     return _save(fig, path)
+
+
+def composition_grid(
+    table: Any, senders: list[tuple[int, int]], receivers: list[tuple[int, int]]
+) -> Any:
+    """``(receivers, senders)`` scores over the baseline, NaN where the sender is not in an
+    earlier layer than the receiver (a pair that cannot compose: drawn grey, never as 0)."""
+    import numpy as np
+
+    return np.array(
+        [[table[la, h, rl, rh] if la < rl else np.nan for la, h in senders] for rl, rh in receivers]
+    )
 
 
 def write_composition(
@@ -66,11 +105,13 @@ def write_composition(
     n_heads = table.shape[1]
     last = max(layer for layer, _ in receivers)
     senders = [(la, h) for la in range(last) for h in range(n_heads)]
-    grid = np.array([[table[la, h, rl, rh] for la, h in senders] for rl, rh in receivers])
+    grid = composition_grid(table, senders, receivers)
     fig, ax = plt.subplots(
         figsize=(min(18.0, 0.05 * len(senders) + 3.5), 0.4 * len(receivers) + 1.8)
     )
-    image = ax.imshow(np.nan_to_num(grid, nan=0.0), cmap="viridis", aspect="auto", vmin=0.0)
+    cmap = matplotlib.colormaps["viridis"].copy()
+    cmap.set_bad("#dddddd")  # a sender at or above the receiver: no such pair, not "reads 0"
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto", vmin=0.0)
     for row, values in enumerate(grid):
         best = int(np.nanargmax(values))
         la, h = senders[best]

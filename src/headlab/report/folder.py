@@ -194,11 +194,15 @@ def _patching_figure(patching: dict[str, Any], path: Path, roles: RoleReport) ->
 
     result = PatchingResult.from_json(patching)
     top = ", ".join(f"{layer}.{head} ({value:+.2f})" for layer, head, value in result.top(6))
+    carrier = "head" if result.unit == "head" else "KV head"  # k, v (and q) per KV head
+    part = {"q": "queries", "k": "keys", "v": "values"}.get(result.component, "output")
+    source = "corrupted" if result.source == "corrupt" else result.source
+    what, carriers = f"a {carrier}'s {source} {part}", f"{carrier}s"
     caption = (
-        f"Which heads carry {result.task}: {result.method} patching of {result.model} over "
-        f"{result.n_prompts} prompts (logit difference {result.clean:.2f} clean, "
-        f"{result.corrupt:.2f} corrupt). Effect: the share of the logit difference a head's "
-        f"corrupted output removes (red carries it, blue works against it). Strongest: {top}"
+        f"Which {carriers} carry {result.task}: {result.method} patching of {result.model} "
+        f"over {result.n_prompts} prompts (logit difference {result.clean:.2f} clean, "
+        f"{result.corrupt:.2f} corrupt). Effect: the share of the logit difference {what} "
+        f"removes (red carries it, blue works against it). Strongest: {top}"
     )
     return write_heatmap(result, path), caption + agreement_text(roles, result)
 

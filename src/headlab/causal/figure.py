@@ -109,8 +109,8 @@ def write_composition(
     fig, ax = plt.subplots(
         figsize=(min(18.0, 0.05 * len(senders) + 3.5), 0.4 * len(receivers) + 1.8)
     )
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("#dddddd")  # a sender at or above the receiver: no such pair, not "reads 0"
+    # a sender at or above the receiver: no such pair, grey rather than "reads 0"
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto", vmin=0.0)
     for row, values in enumerate(grid):
         best = int(np.nanargmax(values))

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from headlab.models.discovery import dummy_inputs, is_conv1d
+from headlab.models.hooks import Hooks
 from headlab.models.loading import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -138,19 +139,16 @@ def _gains(lm: LoadedModel, width: int) -> tuple[list[torch.Tensor | None], torc
 
         return hook
 
-    removers = [m.register_forward_hook(on_norm).remove for m in norms]
-    try:
+    with Hooks() as hooks, torch.no_grad():
+        for m in norms:
+            hooks.after(m, on_norm)
         for layer, handles in enumerate(lm.layers):
             if handles.qkv is not None:
-                removers.append(handles.qkv.v.register_forward_pre_hook(reader(layer)).remove)
+                hooks.before(handles.qkv.v, reader(layer))
         head = _output_head(lm)
         if head is not None:  # a model with its LM head: the norm whose output the head reads
-            removers.append(head.register_forward_pre_hook(reader("head")).remove)
-        with torch.no_grad():
-            out = lm.model(**dummy_inputs(lm.model))
-    finally:
-        for remove in removers:
-            remove()
+            hooks.before(head, reader("head"))
+        out = lm.model(**dummy_inputs(lm.model))
     last = getattr(out, "last_hidden_state", None)
     if "head" not in reads and isinstance(last, torch.Tensor):
         reads["head"] = last.data_ptr()

@@ -78,7 +78,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--sizes",
-        type=listed(integer(1, 10**9), "edge counts separated by commas", "10,100,1000"),
+        type=listed(integer(0, 10**9), "edge counts separated by commas", "10,100,1000"),
         metavar="N,N,...",
         help="circuit sizes in edges to measure (default 1, 2, 3, 5, 7 x each power of ten)",
     )

@@ -223,6 +223,11 @@ def find_circuit(
     if sizes is not None:
         check_sizes(graph, sizes)
         sizes = sorted(set(sizes))  # measured smallest first, each once
+        if not any(sizes):
+            raise InputError(
+                "--sizes: a circuit keeps at least one edge (0 measures the corrupted model, "
+                "a point of the curve, not a circuit)"
+            )
     if search == "learned" and mask_edges is not None and mask_edges > graph.n_edges:
         raise InputError(
             f"--mask-edges {mask_edges}: the graph of {lm.name} has {graph.n_edges} edges"
@@ -239,11 +244,13 @@ def find_circuit(
     curve = faithfulness_curve(
         lm, scores, eval_task, sizes=sizes, search=search, order=order, progress=progress
     )
-    reached = [i for i, f in enumerate(curve.faithfulness) if f >= target]
+    # a circuit keeps at least one edge: 0 edges is the corrupted model, a point of the curve
+    sized = [i for i in range(len(curve.edges)) if curve.edges[i] > 0] or [*range(len(curve.edges))]
+    reached = [i for i in sized if curve.faithfulness[i] >= target]
     chosen = (
         min(reached, key=lambda i: curve.edges[i])
         if reached
-        else max(range(len(curve.edges)), key=lambda i: (curve.faithfulness[i], -curve.edges[i]))
+        else max(sized, key=lambda i: (curve.faithfulness[i], -curve.edges[i]))
     )
     heads = circuit_heads(scores, curve.circuits[chosen])
     info, shaped = (

@@ -15,15 +15,9 @@ from headlab.cli import main
 from headlab.datasets import read_stsb, sample_path
 from headlab.errors import DataFormatError, InputError
 from headlab.models import HeadCapture, encode, load
+from headlab.models.gates import deterministic_gates, expected_l0, sample_gates
 from headlab.pruning import prune_model
-from headlab.pruning.l0 import (
-    GateResult,
-    L0Config,
-    deterministic_gates,
-    expected_l0,
-    sample_gates,
-    train_gates,
-)
+from headlab.pruning.l0 import GateResult, L0Config, train_gates
 from headlab.pruning.metrics import FidelityMetric, HeadGates, PerplexityMetric
 from headlab.pruning.recovery import RecoveryConfig, mean_loss, recover
 from headlab.pruning.workflow import PruneOptions, run_pruning

@@ -20,7 +20,6 @@ Shape vocabulary: ``S`` senders, ``R`` receivers, ``B`` prompts, ``T`` tokens, `
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -31,11 +30,10 @@ from headlab.causal.graph import Graph
 from headlab.causal.metric import check_task, last_logits, logit_difference
 from headlab.causal.tasks import Task
 from headlab.errors import InputError
+from headlab.models.gates import expected_l0, sample_gates
 from headlab.models.loading import LoadedModel
 from headlab.progress import NO_PROGRESS, Progress, stage
 
-#: the hard-concrete gate's temperature and stretch (Louizos et al. 2018, as in edge pruning)
-BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1
 #: the weight of keeping to the target number of edges, and the share of the steps over which
 #: the target comes down from every edge
 MU, WARMUP = 100.0, 0.7
@@ -82,23 +80,6 @@ class LearnedMasks:
     kept: float
     loss: list[float]
     seconds: float
-
-
-def expected_kept(logits: torch.Tensor) -> torch.Tensor:
-    """``(S, R)`` the probability that each hard-concrete gate is not exactly 0."""
-    return torch.sigmoid(logits - BETA * math.log(-GAMMA / ZETA))
-
-
-def sample_gates(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """``(S, R)`` gates in ``[0, 1]``: a stretched, clipped binary-concrete sample (``None``:
-    the deterministic gate of the noise's median)."""
-    if generator is None:
-        noise = torch.zeros_like(logits)
-    else:
-        u = torch.rand(logits.shape, generator=generator).to(logits).clamp(1e-6, 1 - 1e-6)
-        noise = torch.log(u) - torch.log1p(-u)
-    s = torch.sigmoid((logits + noise) / BETA)
-    return (s * (ZETA - GAMMA) + GAMMA).clamp(0.0, 1.0)
 
 
 def learn_masks(
@@ -151,7 +132,7 @@ def learn_masks(
             for step in range(options.steps):
                 i = step % len(batches)
                 batch = batches[i]
-                gates = sample_gates(logits, generator)
+                gates = sample_gates(logits, generator)  # hard-concrete, as head pruning's
                 left_out = (1.0 - gates).to(corrupt[i].dtype) * edges
                 with EdgeRun(lm, graph, corrupt=corrupt[i], left_out=left_out, differentiable=True):
                     ld = logit_difference(
@@ -160,7 +141,7 @@ def learn_masks(
                 faith = (((ld - clean_ld[i]) / scale) ** 2).mean()
                 share = min(1.0, step / max(1.0, WARMUP * options.steps))
                 target = n_edges - (n_edges - options.target) * share
-                kept = expected_kept(logits)[edges].sum()
+                kept = expected_l0(logits)[edges].sum()
                 loss = faith + MU * ((kept - target) / n_edges) ** 2
                 optimiser.zero_grad()
                 loss.backward()  # type: ignore[no-untyped-call]
@@ -174,7 +155,7 @@ def learn_masks(
     return LearnedMasks(
         logits=final,
         target=options.target,
-        kept=float(expected_kept(logits.detach())[edges].sum()),
+        kept=float(expected_l0(logits.detach())[edges].sum()),
         loss=losses,
         seconds=time.perf_counter() - start,
     )

@@ -36,34 +36,15 @@ from dataclasses import dataclass, replace
 import torch
 
 from headlab.errors import InputError
+from headlab.models.gates import deterministic_gates, expected_l0, sample_gates
 from headlab.models.loading import LoadedModel
 from headlab.pruning.metrics import FidelityMetric, HeadGates, Metric, PerplexityMetric
 from headlab.pruning.progressive import units_of as units
 
 logger = logging.getLogger(__name__)
 
-BETA = 2.0 / 3.0
-LIMIT_L, LIMIT_R = -0.1, 1.1
 #: initial ``log_alpha``: every gate open with probability ~0.99
 INIT_LOG_ALPHA = 3.0
-
-
-def expected_l0(log_alpha: torch.Tensor) -> torch.Tensor:
-    """``P(z != 0)`` of each hard-concrete gate (differentiable)."""
-    return torch.sigmoid(log_alpha - BETA * math.log(-LIMIT_L / LIMIT_R))
-
-
-def sample_gates(log_alpha: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw of the stretched, clamped hard-concrete gates (reparameterised)."""
-    u = torch.rand(log_alpha.shape, generator=generator, dtype=torch.float64)
-    u = u.clamp(1e-6, 1 - 1e-6).to(log_alpha.device, log_alpha.dtype)
-    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / BETA)
-    return (s * (LIMIT_R - LIMIT_L) + LIMIT_L).clamp(0.0, 1.0)
-
-
-def deterministic_gates(log_alpha: torch.Tensor) -> torch.Tensor:
-    """The test-time gates (no noise): exactly 0 for closed units."""
-    return (torch.sigmoid(log_alpha) * (LIMIT_R - LIMIT_L) + LIMIT_L).clamp(0.0, 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,15 +3,19 @@ run on the loaded model; each request that follows it, built as its command buil
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from headlab.errors import InputError
 from headlab.experiments.circuit_request import CircuitRequest
+from headlab.explore.request import HeadsRequest
+from headlab.models.loading import load
 from headlab.pruning.results import PruneOptions
 from headlab.pruning.workflow import PruneRequest
-from headlab.request import Request
+from headlab.report.request import ReportRequest
+from headlab.request import Request, Result
 from headlab.roles.workflow import RolesRequest
 
 
@@ -20,6 +24,9 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         RolesRequest(limit=5, no_gap=True),
         CircuitRequest(model="tiny-shakespeare"),
         PruneRequest(options=PruneOptions(), curve=True),
+        ReportRequest(out=str(tmp_path / "report"), limit=5, no_gap=True),
+        HeadsRequest(text="The cat sat.", top=2),
+        HeadsRequest(trace=True),
     ]
     for request in requests:
         assert isinstance(request, Request), type(request).__name__
@@ -34,8 +41,45 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         (lambda: PruneRequest(options=PruneOptions()), "--curve"),
         (lambda: PruneRequest(options=PruneOptions(fraction=0.5)), "--out"),
         (lambda: CircuitRequest(steps=3, method="eap"), "--steps"),
+        (lambda: ReportRequest(treebank="no-such.conllu"), "cannot read treebank"),
+        (lambda: ReportRequest(limit=0), "--limit"),
+        (lambda: ReportRequest(text="held-out.txt"), "add --prune"),
+        (lambda: HeadsRequest(patch=(1, 2)), "--patch"),
+        (lambda: HeadsRequest(image="no-such.png"), "does not exist"),
+        (lambda: HeadsRequest(audio="no-such.wav", text="A cat."), "no sound file"),
+        (lambda: HeadsRequest(trace=True, conllu="no-such.conllu"), "no-such.conllu"),
     ],
 )
 def test_a_request_refuses_before_any_model(make, says: str) -> None:
     with pytest.raises(InputError, match=says):
         make()
+
+
+def test_heads_and_report_run_to_a_result(tmp_path: Path) -> None:
+    """Both run on a loaded model to a result whose JSON is the command's: every head of the
+    sentence (4 layers x 4 heads), the trace of the lesson's word, the report's folder."""
+    lm = load("tiny-shakespeare")
+    for request in (HeadsRequest(text="The cat sat on the mat.", top=2), HeadsRequest(trace=True)):
+        result = request.run(lm)
+        assert isinstance(result, Result)
+        data = result.to_json()
+        assert json.loads(json.dumps(data)) == data and result.text()
+    assert data["schema"] == "headlab.trace/1" and data["arcs"]  # the trace, last
+    rows = HeadsRequest(text="The cat sat on the mat.", top=2).run(lm).to_json()["heads"]
+    assert len(rows) == 16 and all(len(row["top"]) == 2 for row in rows)
+    out, ledger = tmp_path / "report", tmp_path / "ledger.md"
+    report = ReportRequest(
+        model="tiny-shakespeare",
+        out=str(out),
+        roles_only=True,
+        limit=5,
+        no_gap=True,
+        replicates=0,
+        ledger_md=str(ledger),
+    )
+    built = report.run(report.ready(lambda head: load("tiny-shakespeare", with_lm_head=head)))
+    assert isinstance(built, Result)
+    data = built.to_json()
+    assert data["index"] == str(out / "index.html") and Path(data["index"]).is_file()
+    assert data["roles"]["model"] == "tiny-shakespeare" and len(data["roles"]["heads"]) == 16
+    assert ledger.read_text() == (out / "ledger.md").read_text()

@@ -70,8 +70,10 @@ def add_outputs(
         out.add_argument("--csv", action="store_true", help="every head's effect as CSV on stdout")
 
 
-def request(cls: type[Request], args: argparse.Namespace) -> Request:
+def request(cls: type[Request], args: argparse.Namespace, **given: object) -> Request:
     """The library's request ``cls`` (a dataclass whose fields are named as the command's
-    flags) from the parsed flags; its checks run now."""
+    flags) from the parsed flags, ``given`` taking the place of theirs (a repeatable flag's
+    list as a tuple...); its checks run now."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    return cls(**{f.name: getattr(args, f.name) for f in fields if f.init})
+    flags = {f.name: getattr(args, f.name) for f in fields if f.init and f.name not in given}
+    return cls(**flags, **given)

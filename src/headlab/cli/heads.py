@@ -2,24 +2,22 @@
 ``--trace``, which heads carry it to each of the word's dependents, beside the relation table;
 with ``--image``, where an image's class token (or one patch) attends, as patch grids.
 
-The request, tables and text are the library's (:mod:`headlab.explore.request`,
-:mod:`headlab.explore.heads_text`, :mod:`headlab.roles.trace`): this module parses, calls, prints.
+The request, its result and their text are the library's (:mod:`headlab.explore.request`):
+this module parses, calls, prints.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 from typing import Any
 
 from headlab.cli._args import integer, listed, text
+from headlab.cli._causal import request
 from headlab.cli._model import MODEL_HELP, add_model_arguments, load_model
 from headlab.cli._output import console, note, output
+from headlab.cli._progress import progress_for
 from headlab.datasets.lesson import LESSON_WORD
 from headlab.datasets.parse import INSTALL_HINT
-from headlab.errors import ModalityError
-from headlab.explore.heads_text import heads_text, image_text, patch_grids, trace_text
-from headlab.explore.images import image_table
 from headlab.explore.request import HeadsRequest
 
 
@@ -135,65 +133,17 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """A sentence's heads (an encoder-decoder's of ``--kind``; Whisper's hearing ``--audio``),
     an image's with ``--image``, or a word traced through a parse with ``--trace``."""
-
-    from headlab.models.seq2seq import reads_audio
-
-    request = HeadsRequest(**{f.name: getattr(args, f.name) for f in fields(HeadsRequest)})
-    request.check()  # before anything is read or loaded
-    if request.image is not None:
-        return run_image(args, request)
-    if request.trace:
-        return run_trace(args)
-    sound = request.sound()
-    lm = load_model(args)
-    request.check_model(lm, sound)
-    table = request.sentence_table(lm, sound)
-    seconds = None if sound is None else sound.seconds
-    output(
-        args,
-        table,
-        lambda: heads_text(table, args.top, model=lm.name, hears=reads_audio(lm), seconds=seconds),
-    )
-    return 0
-
-
-def run_trace(args: argparse.Namespace) -> int:
-    """``--trace``: the parse first (quick errors), then the model, the table, the trace."""
-    from headlab.models.seq2seq import text_side
-    from headlab.roles.trace import MEASURING, relation_table, sentence_to_trace, trace_word
-
-    sentence, word = sentence_to_trace(
-        args.text, args.word, conllu=args.conllu, sentence_id=args.sentence_id, spacy=args.spacy
-    )
-    # the parse is of the source sentence: an encoder-decoder's encoder heads
-    lm = text_side(load_model(args), why="--trace follows a text's parse")
-    if args.roles is None and not args.quiet:  # a stage line, as progress is
-        note("headlab heads", MEASURING, kind="")
-    relations, source = relation_table(lm, args.roles)
-    trace = trace_word(lm, sentence, word, relations, k=args.top, table_source=source)
-    output(args, trace.to_json(), lambda: trace_text(trace))
-    return 0
-
-
-def run_image(args: argparse.Namespace, request: HeadsRequest) -> int:
-    """``--image FILE``: the image first (quick errors), then the model, one forward pass, the
-    table and every head's patch grid."""
-    from headlab.models.images import open_image
-
-    image = open_image(args.image)
-    try:
-        lm = load_model(args, reads="images")
-    except ModalityError as exc:
-        raise ModalityError(
-            f"{exc}: --image needs a vision model folder (ViT, CLIP)", reads=exc.reads
-        ) from None
-    layers = request.layers_of(lm)
-    table = image_table(
-        lm, image, str(args.image), patch=args.patch, layers=layers, heads=args.head, top=args.top
-    )
-    output(args, table, lambda: image_text(table, args.top))
+    heads = request(HeadsRequest, args)  # checked; the image, parse or sound read first
+    lm = heads.ready(lambda **options: load_model(args, **options))
+    with progress_for(args, "headlab heads") as progress:
+        result = heads.run(lm, progress, notify=None if args.quiet else _note)
+    output(args, result.to_json(), result.text)
     if not args.json:
         con = console()
-        for line in patch_grids(table, con.width):
+        for line in result.grids(con.width):
             con.print(line, markup=False, no_wrap=True, crop=False)
     return 0
+
+
+def _note(line: str) -> None:
+    note("headlab heads", line, kind="")

@@ -6,10 +6,11 @@ import argparse
 from typing import Any
 
 from headlab.cli._args import text
-from headlab.cli._model import load_model
+from headlab.cli._causal import request
+from headlab.cli._model import load_model, quiet_downloads
 from headlab.cli._output import data_notes, native_note, note
 from headlab.cli._progress import progress_for
-from headlab.cli.roles import add_gold, add_model, read_gold_of
+from headlab.cli.roles import add_gold, add_model
 
 
 def add_parser(sub: Any) -> None:
@@ -111,33 +112,20 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-#: the flags :class:`headlab.report.request.ReportRequest` holds as they are
-REQUEST = (
-    "model replicates out overwrite word prune text full roles_only pruning cost patch circuit"
-)
-
-
 def run(args: argparse.Namespace) -> int:
-    from headlab.report.request import ReportRequest, build_requested, check_request, write_ledger
+    from headlab.report.request import ReportRequest
 
-    request = ReportRequest(
-        sentence=tuple(args.sentence or ()),
-        experiment=tuple(args.experiment or ()),
-        **{name: getattr(args, name) for name in REQUEST.split()},
-    )
-    inputs = check_request(request)
-    gold = read_gold_of(args)
-    lm, prune_options = request.ready_model(lambda head: load_model(args, with_lm_head=head))
+    quiet_downloads(args)
+    fields = {"sentence": tuple(args.sentence or ()), "experiment": tuple(args.experiment or ())}
+    report = request(ReportRequest, args, **fields)  # gold data and files read, folder free
+    lm = report.ready(lambda head: load_model(args, with_lm_head=head))
     native_note("headlab report")
     with progress_for(args, "headlab report") as progress:
-        built = build_requested(
-            request, lm, gold, inputs, prune_options=prune_options, progress=progress
-        )
-    data_notes("headlab report", built.roles.data, gold.folds_off, built.roles.replicates)
+        built = report.run(lm, progress)
+    data_notes("headlab report", built.roles.data, report.gold.folds_off, built.roles.replicates)
     if built.note:
         note("headlab report", built.note)
     if args.ledger_md:
-        write_ledger(built.out, args.ledger_md)
         print(f"wrote {args.ledger_md}")
     print(f"wrote {built.out / 'index.html'}")
     return 0

@@ -106,18 +106,6 @@ def add_gold(p: Any, *, frequencies: bool = False) -> None:
     )
 
 
-def read_gold_of(args: argparse.Namespace) -> Any:
-    """The gold data :func:`add_gold`'s flags name, read; the hub's download bars off
-    without ``--verbose``."""
-    from headlab.roles.workflow import read_gold
-
-    quiet_downloads(args)
-    names = ("treebank", "gap", "no_gap", "limit", "reliability")
-    return read_gold(
-        frequencies=getattr(args, "frequencies", None), **{n: getattr(args, n) for n in names}
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     from headlab import distributed
     from headlab.roles.results import heads_csv

@@ -227,6 +227,14 @@ class Built:
     roles: RoleReport
     note: str | None
 
+    def to_json(self) -> dict[str, Any]:
+        """The folder written, its page, and the roles measured (``headlab roles --json``)."""
+        return {
+            "folder": str(self.out),
+            "index": str(self.out / "index.html"),
+            "roles": self.roles.to_json(),
+        }
+
 
 def build_report(
     lm: LoadedModel,

@@ -248,6 +248,15 @@ CASES: dict[str, Case] = {
     "report --pruning 100k deep": Case(
         ["report", "--pruning", f"{F}/deep-object.json", "--out", "r"], 1, "nested too deeply"
     ),
+    # #58: a size refused names its flag
+    "experiment cost --heads 3 at width 256": Case(
+        ["experiment", "cost", "--heads", "3", "--width", "256"],
+        1,
+        "headlab: error: --heads 3: each head count must divide the width 256",
+    ),
+    "experiment cost --quick --heads 3": Case(
+        ["experiment", "cost", "--quick", "--heads", "1,3"], 1, "headlab: error: --heads 3: "
+    ),
     "experiment --data without the corpus": Case(
         ["experiment", "one-vs-many", "--data", f"{F}/data"], 1, "cannot read TinyShakespeare"
     ),

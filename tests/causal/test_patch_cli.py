@@ -263,3 +263,30 @@ def test_answers_of_more_than_one_token_are_said_on_stderr(
     assert f"headlab patch: note: {line}\n" in err
     one = encode_task(lm.tokenizer, [parse_prompt(PROMPTS[0])])
     assert one.notes == ()
+
+
+def test_a_tokenizer_that_keeps_no_name_whole_says_why_and_what_to_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """#58: tiny-shakespeare's character tokenizer keeps none of IOI's names and one of
+    induction's words whole: one line says why the built-in prompts cannot be drawn and to
+    give --prompts, not only a count."""
+    from headlab.causal.generators import NAMES, WORDS
+    from headlab.models import load
+
+    tokenizer = load("tiny-shakespeare").tokenizer
+    whole = [
+        n for n in NAMES[::2] if len(tokenizer(" " + n, add_special_tokens=False)["input_ids"]) == 1
+    ]
+    assert whole == []  # the oracle: no discovery name is one token
+    for task in ("ioi", "induction"):
+        line = _fails(["patch", "--model", "tiny-shakespeare", "--task", task], capsys)
+        assert line.startswith(f"headlab: error: --task {task} needs ")
+        assert "this model's tokenizer keeps " in line and "cuts words into smaller" in line
+        assert "give your own with --prompts FILE.jsonl" in line
+
+    def one(text: str) -> bool:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) == 1
+
+    words = [w for w in WORDS[::2] if one(w) and one(" " + w)]
+    assert f"keeps {len(words)} of the {len(WORDS[::2])} discovery words" in line

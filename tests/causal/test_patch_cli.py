@@ -169,12 +169,10 @@ def test_bad_flags_are_refused_before_any_work(
 
 
 def test_library_entry_takes_a_transformers_model_and_dicts(folder: Path) -> None:
-    from transformers import AutoModelForCausalLM
-
-    from headlab.causal.tasks import prefix_ids
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
-    tokenizer = load(folder).tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
     result = patch_heads(model, tokenizer, PROMPTS)
     lm = load(folder, with_lm_head=True)
     same = run_patching(lm, encode_task(lm.tokenizer, read_prompts_from(PROMPTS)))

@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
         experiment=tuple(args.experiment or ()),
         **{name: getattr(args, name) for name in REQUEST.split()},
     )
-    inputs = check_request(request)
     gold = read_gold_of(args)
+    inputs = check_request(request, gold)  # the viewer's word, in the treebank's sentences too
     lm, prune_options = request.ready_model(lambda head: load_model(args, with_lm_head=head))
     native_note("headlab report")
     with progress_for(args, "headlab report") as progress:

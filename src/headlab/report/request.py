@@ -32,6 +32,7 @@ from headlab.report.build import (
     default_folder,
     measure_mode,
     read_inputs,
+    treebank_sentences,
     viewer_sentences,
 )
 from headlab.report.folder import KIND
@@ -94,22 +95,25 @@ class ReportRequest:
         options = causal_prune_options(lm, self.text) if self.prune and lm.causal else None
         return lm, options
 
-    def viewer(self, causal: bool) -> tuple[list[str], str]:
-        """The viewer's sentences and the word it opens on, for a causal model or an encoder,
-        the word checked to be in one of them.
+    def viewer(self, causal: bool, gold: GoldInputs | None = None) -> tuple[list[str], str]:
+        """The viewer's own sentences and the word it opens on, for a causal model or an
+        encoder, the word checked to be in one of them or of ``gold``'s treebank sentences
+        shown beside them (:func:`~headlab.report.build.treebank_sentences`).
 
         Raises:
             InputError: no sentence has the word.
         """
         sentences, word = viewer_sentences(causal, list(self.sentence), self.word)
-        check_focus_word(word, sentences)
+        beside = treebank_sentences(gold) if gold is not None else []
+        check_focus_word(word, [*sentences, *beside])
         return sentences, word
 
 
-def check_request(request: ReportRequest) -> ReportInputs:
+def check_request(request: ReportRequest, gold: GoldInputs | None = None) -> ReportInputs:
     """The files given, read and checked, and the output folder checked to be free (or a
     report, replaced): all before any model is loaded. The default encoder's viewer word is
-    checked here too (another model's sentences are known once it is loaded).
+    checked here too, in its sentences and ``gold``'s treebank sentences beside them (another
+    model's sentences are known once it is loaded).
 
     Raises:
         InputError: a file that is not its command's JSON, ``text`` without ``prune``, a word
@@ -125,7 +129,7 @@ def check_request(request: ReportRequest) -> ReportInputs:
     if request.text is not None and not request.prune:
         raise InputError("--text is the held-out text of --prune's perplexity curve: add --prune")
     if request.model is None:  # the default encoder: check the word before any work
-        request.viewer(causal=False)
+        request.viewer(causal=False, gold=gold)
     check_output(request.folder, overwrite=request.overwrite, kind=KIND, replace_kind=True)
     return inputs
 
@@ -146,7 +150,7 @@ def build_requested(
     Raises:
         InputError: the viewer's word is in none of its sentences; what the build raises.
     """
-    sentences, word = request.viewer(lm.causal)
+    sentences, word = request.viewer(lm.causal, gold)
     return build_report(
         lm,
         gold,

@@ -143,15 +143,20 @@ CASES: dict[str, Case] = {
     "report --one-vs-many ''": Case(["report", "--one-vs-many", ""], 2, "expected a file"),
     "experiment --data ''": Case(["experiment", "one-vs-many", "--data", ""], 2, "expected a"),
     # meaningless values
+    # one message, whatever the number of sentences (the treebank's 4 beside the viewer's, #58)
     "report --word not in the sentence": Case(
-        ["report", "--word", "salmon", "--out", "r"], 1, "word 'salmon' is not in the sentence"
+        ["report", "--word", "salmon", "--out", "r"],
+        1,
+        "headlab: error: --word 'salmon' is in none of the viewer's 5 sentence(s) ('The chef",
     ),
     "report --word in none of the sentences": Case(
         ["report", "--sentence", "Your own sentence.", "--word", "salmon", "--out", "r"],
         1,
-        "--word 'salmon' is in none of the viewer's sentences",
+        "headlab: error: --word 'salmon' is in none of the viewer's 6 sentence(s) ('The chef",
     ),
-    "report --word#3": Case(["report", "--word", "the#3", "--out", "r"], 1, "occurs 2 time(s)"),
+    "report --word#3": Case(
+        ["report", "--word", "the#3", "--out", "r"], 1, "--word 'the#3' is in none of the"
+    ),
     "train --vocab 0": Case(
         ["train", "--text", f"{F}/text.txt", "--out", "m", "--vocab", "0"], 2, "257..65,536"
     ),
@@ -247,6 +252,15 @@ CASES: dict[str, Case] = {
     ),
     "report --pruning 100k deep": Case(
         ["report", "--pruning", f"{F}/deep-object.json", "--out", "r"], 1, "nested too deeply"
+    ),
+    # #58: a size refused names its flag
+    "experiment cost --heads 3 at width 256": Case(
+        ["experiment", "cost", "--heads", "3", "--width", "256"],
+        1,
+        "headlab: error: --heads 3: each head count must divide the width 256",
+    ),
+    "experiment cost --quick --heads 3": Case(
+        ["experiment", "cost", "--quick", "--heads", "1,3"], 1, "headlab: error: --heads 3: "
     ),
     "experiment --data without the corpus": Case(
         ["experiment", "one-vs-many", "--data", f"{F}/data"], 1, "cannot read TinyShakespeare"

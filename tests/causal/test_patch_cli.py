@@ -58,7 +58,10 @@ def test_json_names_every_head_and_the_metric(
     assert main([*argv, "--figure", str(figure), "--csv-out", str(table)]) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    assert captured.err == f"wrote {figure}\nwrote {table}\n"  # each file written, said (#59)
+    lines = captured.err.splitlines()
+    same_sign = out["metric"]["clean"] * out["metric"]["corrupt"] > 0  # a warning then (#58)
+    assert [line for line in lines if "warning: " in line] == lines[: int(same_sign)]
+    assert lines[int(same_sign) :] == [f"wrote {figure}", f"wrote {table}"]  # each said (#59)
     assert out["model"] and out["task"] == "ioi.jsonl" and out["method"] == "activation"
     assert out["position"] == "all" and out["n_prompts"] == 2
     assert set(out["metric"]) >= {"clean", "corrupt"}
@@ -263,3 +266,85 @@ def test_answers_of_more_than_one_token_are_said_on_stderr(
     assert f"headlab patch: note: {line}\n" in err
     one = encode_task(lm.tokenizer, [parse_prompt(PROMPTS[0])])
     assert one.notes == ()
+
+
+def test_a_tokenizer_that_keeps_no_name_whole_says_why_and_what_to_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """#58: tiny-shakespeare's character tokenizer keeps none of IOI's names and one of
+    induction's words whole: one line says why the built-in prompts cannot be drawn and to
+    give --prompts, not only a count."""
+    from headlab.causal.generators import NAMES, WORDS
+    from headlab.models import load
+
+    tokenizer = load("tiny-shakespeare").tokenizer
+    whole = [
+        n for n in NAMES[::2] if len(tokenizer(" " + n, add_special_tokens=False)["input_ids"]) == 1
+    ]
+    assert whole == []  # the oracle: no discovery name is one token
+    for task in ("ioi", "induction"):
+        line = _fails(["patch", "--model", "tiny-shakespeare", "--task", task], capsys)
+        assert line.startswith(f"headlab: error: --task {task} needs ")
+        assert "this model's tokenizer keeps " in line and "cuts words into smaller" in line
+        assert "give your own with --prompts FILE.jsonl" in line
+
+    def one(text: str) -> bool:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) == 1
+
+    words = [w for w in WORDS[::2] if one(w) and one(" " + w)]
+    assert f"keeps {len(words)} of the {len(WORDS[::2])} discovery words" in line
+
+
+def test_clean_and_corrupted_prompts_of_the_same_sign_are_warned_of(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#58: own prompts whose clean and corrupted logit differences have the same sign give
+    effects that can exceed 1; stderr says so in one line, and says nothing otherwise. The
+    signs come from an oracle: the model's last-position logits through transformers."""
+    from transformers import AutoModelForCausalLM
+
+    from headlab.causal.tasks import prefix_ids
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    tokenizer = load(folder).tokenizer
+    base = PROMPTS[0]
+
+    def first(text: str) -> int:
+        return tokenizer(text, add_special_tokens=False)["input_ids"][0]
+
+    def ids(text: str) -> list[int]:
+        return prefix_ids(tokenizer, text)  # the ids headlab feeds the model
+
+    def ld(text: str) -> float:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids(text)])).logits[0, -1].double()
+        return float(logits[first(base["answer"])] - logits[first(base["distractor"])])
+
+    clean = ld(base["clean"])
+    same = other = None
+    stem = base["clean"].rsplit(" ", 1)[0]  # "... John gave a drink"
+    for last in ("for", "with", "at", "from", "by", "of", "in", "on"):
+        text = f"{stem} {last}"
+        if len(ids(text)) != len(ids(base["clean"])):
+            continue
+        if clean * ld(text) > 0 and same is None:
+            same = text
+        if clean * ld(text) < 0 and other is None:
+            other = text
+    assert same is not None and other is not None, "no corruption of either sign"
+    capsys.readouterr()  # transformers' loading bar of the oracle
+    for corrupt, warned in ((same, True), (other, False)):
+        path = _jsonl(tmp_path / "p.jsonl", [{**base, "corrupt": corrupt}])
+        assert main(["-q", "patch", "--model", str(folder), "--prompts", str(path), "--json"]) == 0
+        captured = capsys.readouterr()
+        metric = json.loads(captured.out)["metric"]
+        assert metric["clean"] == pytest.approx(clean, abs=1e-4)
+        assert metric["corrupt"] == pytest.approx(ld(corrupt), abs=1e-4)
+        lines = captured.err.splitlines()
+        if warned:
+            assert len(lines) == 1, lines
+            line = lines[0]
+            assert line.startswith("headlab patch: warning: the clean and corrupted prompts both")
+            assert "the same sign" in line and "can exceed 1" in line
+        else:
+            assert lines == []

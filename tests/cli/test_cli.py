@@ -86,6 +86,28 @@ def test_heads_on_a_causal_model_defaults_to_the_last_word(
     assert json.loads(capsys.readouterr().out)["word"] == "mat"
 
 
+def test_heads_word_is_matched_as_written_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """#58: ``--word the`` on the lesson's sentence is its lowercase "the" (the 7th word), not
+    "The" that opens it; ``--word THE`` could be either and is refused, naming both."""
+    from headlab.datasets.lesson import LESSON_SENTENCE
+
+    words = LESSON_SENTENCE.split()
+    assert words[0] == "The" and "the" in words
+    argv = ["heads", "--model", "tiny-shakespeare", "--json", "-q"]
+
+    def seen(word: str) -> set[str]:  # the words any head's top attends to, from ``word``
+        assert main([*argv, "--word", word]) == 0
+        heads = json.loads(capsys.readouterr().out)["heads"]
+        return {t["word"] for h in heads for t in h["top"]}
+
+    # a decoder's first word sees itself alone; the 7th sees "prepared" before it
+    assert seen("The") == {"The"}
+    assert "prepared" in seen("the")
+    assert main([*argv, "--word", "THE"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "only in another case, as 'The' and 'the'" in line
+
+
 def test_a_typo_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reprot"]) == 2
     err = capsys.readouterr().err.strip()

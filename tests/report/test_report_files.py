@@ -167,9 +167,9 @@ def test_the_viewer_opens_on_the_chosen_occurrence() -> None:
         "special": [True, False, False, False, False, False, True],
     }
     assert _focus_index(sentence, "prepared") == 3
-    assert _focus_index(sentence, "the") == 1
-    assert _focus_index(sentence, "the#2") == 4
-    assert _focus_index(sentence, "the#3") == -1  # absent: the viewer opens on no word
+    assert _focus_index(sentence, "the") == 4  # the word as written first (#58)
+    assert _focus_index(sentence, "The") == 1
+    assert _focus_index(sentence, "the#2") == -1  # absent: the viewer opens on no word
     assert _focus_index(sentence, "[CLS]") == -1  # special tokens are not words to follow
 
 

@@ -33,7 +33,7 @@ def test_bad_requests_are_refused_before_the_folder_is_touched(tmp_path: Path) -
     out = tmp_path / "report"
     with pytest.raises(InputError, match="add --prune"):
         ReportRequest(out=str(out), text="held-out.txt")
-    with pytest.raises(InputError, match="'zzzz' is not in the sentence"):
+    with pytest.raises(InputError, match="--word 'zzzz' is in none of the viewer's 5 sentence"):
         ReportRequest(out=str(out), word="zzzz")
     assert not out.exists()
     sentences, word = ReportRequest(sentence=("A cat sat .",), word="cat").viewer(causal=False)
@@ -55,3 +55,30 @@ def test_bad_gold_data_is_refused_by_the_request_before_any_model(tmp_path: Path
     assert not out.exists()
     request = ReportRequest(out=str(out), limit=7, no_gap=True)  # read once, kept for the run
     assert len(request.gold.treebank.sentences) == 7 and request.gold.gap is None
+
+
+def test_the_word_is_looked_for_in_the_treebank_sentences_shown_too(tmp_path: Path) -> None:
+    """#58: the viewer shows a few treebank sentences beside its own; ``--word`` may name a
+    word of one of them (the viewer opens there), and a word in none of them is refused with
+    the one message, as a word in none of the viewer's own sentences is."""
+    from headlab.report.build import treebank_sentences, viewer_sentences
+    from headlab.report.data import _focus
+
+    request = ReportRequest(out=str(tmp_path / "r"))
+    beside = treebank_sentences(request.gold)
+    own, _ = viewer_sentences(False)
+    only_there = next(
+        w for s in beside for w in s.split() if w.isalpha() and w not in " ".join(own).split()
+    )
+    request = ReportRequest(out=str(tmp_path / "r"), word=only_there)  # accepted
+    sentences, word = request.viewer(causal=False)
+    assert sentences == own and word == only_there
+    shown = [*own, *beside]
+    viewer = [{"words": s.split(), "special": [False] * len(s.split())} for s in shown]
+    assert _focus(viewer, only_there)["sentence"] >= len(own)
+    messages = set()
+    for mine in ((), ("A cat sat .",)):
+        with pytest.raises(InputError) as info:
+            ReportRequest(out=str(tmp_path / "r"), word="zzzz", sentence=mine)
+        messages.add(str(info.value).split(" sentence(s)")[0].rsplit(" ", 1)[0])
+    assert messages == {"--word 'zzzz' is in none of the viewer's"}

@@ -250,7 +250,7 @@ def test_lesson_parse_spells_the_lesson_sentence() -> None:
     ("extra", "message"),
     [
         (["--word", "dog"], "word 'dog' is not in the sentence"),
-        (["--word", "the"], "'The' has no dependents"),
+        (["--word", "the"], "'the' has no dependents"),
         (["--conllu", "{two}"], "has 2 sentences; choose one with --sentence-id"),
         (["--conllu", "{two}", "--sentence-id", "nope"], "no sentence with sent_id 'nope'"),
         (["Another sentence.", "--conllu", "{one}"], "do not spell the sentence"),

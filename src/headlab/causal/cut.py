@@ -119,7 +119,8 @@ def check_sizes(graph: Graph, sizes: Sequence[int]) -> None:
     bad = [n for n in sizes if not 0 <= n <= graph.n_edges]
     if bad:
         raise InputError(
-            f"a circuit has 0..{graph.n_edges} edges in this model, got {', '.join(map(str, bad))}"
+            f"--sizes {','.join(map(str, bad))}: a circuit has 0..{graph.n_edges} edges in this "
+            "model"
         )
 
 

@@ -79,6 +79,15 @@ def _fits(tokenizer: Any, p: Prompt) -> bool:
     return bool(answer) and bool(distractor) and answer[0] != distractor[0]
 
 
+def _too_few(needs: str, kept: str) -> InputError:
+    """Why a built-in task cannot be drawn with this tokenizer, and what to do instead."""
+    return InputError(
+        f"--task {needs}; this model's tokenizer keeps {kept} whole (it cuts words into "
+        "smaller pieces, as a character-level one does), so the built-in prompts cannot be "
+        "drawn: give your own with --prompts FILE.jsonl (docs/causal.md, Tasks and the metric)"
+    )
+
+
 def _draw(
     tokenizer: Any, n: int, task: str, make: Callable[[random.Random, int], Prompt | None],
     seed: int,
@@ -123,9 +132,10 @@ def ioi(tokenizer: Any, n: int, *, seed: int = 0, part: str = "discovery") -> li
     offset = _check_part(part)
     names = [name for name in NAMES[offset::2] if _whole(tokenizer, " " + name) is not None]
     if len(names) < 5:
-        raise InputError(
-            f"ioi needs 5 names the tokenizer keeps as one token after a space (IO, S and 3 for "
-            f"the corrupt prompt), {part} has {len(names)} of {len(NAMES[offset::2])}"
+        raise _too_few(
+            "ioi needs 5 names the tokenizer keeps as one token after a space (IO, S and 3 for "
+            "the corrupted prompt)",
+            f"{len(names)} of the {len(NAMES[offset::2])} {part} names",
         )
 
     templates, places, things = (
@@ -189,9 +199,10 @@ def induction(
     ]  # fmt: skip
     need = 2 * length  # the L words of the first half and L fresh ones
     if len(words) < need:
-        raise InputError(
-            f"induction: length {length} needs {need} words the tokenizer keeps whole, "
-            f"{part} has {len(words)} of {len(WORDS[offset::2])}"
+        raise _too_few(
+            f"induction needs {need} words the tokenizer keeps as one token with and without a "
+            f"space before ({length} repeated and {length} fresh ones)",
+            f"{len(words)} of the {len(WORDS[offset::2])} {part} words",
         )
 
     def one_each(words: list[str]) -> list[int | None]:

@@ -103,6 +103,22 @@ def _normalize(clean: float, corrupt: float, patched: torch.Tensor, task: str) -
     return (clean - patched) / gap
 
 
+def gap_warning(clean: float, corrupt: float) -> str | None:
+    """One line when the clean and corrupted prompts' mean logit differences have the same
+    sign (``None`` otherwise): the corruption then removes only part of the behaviour, and
+    effects, shares of that part (:func:`_normalize`), can exceed 1 or fall below 0."""
+    if clean * corrupt <= 0:
+        return None
+    prefer = "answer" if clean > 0 else "distractor"
+    return (
+        f"the clean and corrupted prompts both prefer the {prefer} (mean logit difference "
+        f"{clean:.3g} and {corrupt:.3g}, the same sign): effects are shares of the "
+        f"{clean - corrupt:.3g} between them and can exceed 1 or fall below 0; corrupted "
+        "prompts that remove what the answer depends on (so that they score the answer and the "
+        "distractor alike, or prefer the distractor) give effects from 0 to 1"
+    )
+
+
 def _empty(lm: LoadedModel) -> torch.Tensor:
     return torch.full(
         (lm.n_layers, max(lm.layout.heads_per_layer)), float("nan"), dtype=torch.float64

@@ -97,6 +97,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from headlab.causal.metric import gap_warning
     from headlab.causal.request import PatchRequest, patch_task, run_patch
     from headlab.causal.text import patch_text
 
@@ -113,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with progress_for(args, "headlab patch") as progress:
         result = run_patch(lm, task, patching, progress=progress)
+    corrupt = getattr(result, "corrupt", None)  # direct logit attribution has no corrupted run
+    warning = None if corrupt is None else gap_warning(result.clean, corrupt)
+    if warning:
+        note("headlab patch", warning, kind="warning: ")
     for path in (args.figure, args.csv_out):
         if path and not args.to:  # path patching writes a table only
             print(f"wrote {path}", file=sys.stderr)

@@ -88,21 +88,23 @@ class CostOptions:
         for name in ("width", "batch", "rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"--{name} must be a positive integer, got {value!r}")
         if self.rounds < 2:
-            raise ConfigError(f"rounds must be at least 2 (ratios need two), got {self.rounds}")
+            raise ConfigError(f"--rounds must be at least 2 (ratios need two), got {self.rounds}")
         if not self.heads or not self.lengths:
             raise ConfigError(
-                f"heads and lengths must be non-empty, got {self.heads!r}, {self.lengths!r}"
+                f"--heads and --lengths must be non-empty, got {self.heads!r}, {self.lengths!r}"
             )
         for h in self.heads:
             if isinstance(h, bool) or not isinstance(h, int) or h < 1 or self.width % h:
+                divisors = [d for d in range(1, min(self.width, 64) + 1) if self.width % d == 0]
                 raise ConfigError(
-                    f"each head count must be a positive divisor of width {self.width}, got {h!r}"
+                    f"--heads {h!r}: each head count must divide the width {self.width} "
+                    f"(heads of equal width), e.g. {','.join(map(str, divisors))}"
                 )
         for t in self.lengths:
             if isinstance(t, bool) or not isinstance(t, int) or t < 1:
-                raise ConfigError(f"each length must be a positive integer, got {t!r}")
+                raise ConfigError(f"--lengths: each length must be a positive integer, got {t!r}")
 
     @classmethod
     def quick(cls, **overrides: Any) -> CostOptions:

@@ -53,8 +53,9 @@ class Alignment:
         return len(self.token_to_word)
 
     def word_index(self, word: str) -> int:
-        """Index of the non-special word equal to ``word`` (case-insensitive): its first
-        occurrence, or its N-th for ``word#N`` ("the#2": the second "the")."""
+        """Index of the non-special word equal to ``word``: its first occurrence, or its N-th
+        for ``word#N`` ("the#2": the second "the"); the word as written first, else in another
+        case where one spelling fits (:func:`find_word`)."""
         return find_word(self.words, self.is_special, word)
 
     def matrices(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,24 +73,38 @@ class Alignment:
 
 
 def find_word(words: Sequence[str], is_special: Sequence[bool], word: str) -> int:
-    """:meth:`Alignment.word_index` over plain lists of words and special flags."""
+    """:meth:`Alignment.word_index` over plain lists of words and special flags.
+
+    The word as written is matched first ("the" is the lowercase one, not "The"); only a word
+    the sentence has in no case as written is matched ignoring case, and then only when one
+    spelling fits ("chef" finds "Chef"; "THE" between "The" and "the" is refused, naming both).
+    """
     name, occurrence = word, 1
     head, sep, tail = word.rpartition("#")
     if sep and head and tail.isdigit():
         name, occurrence = head, int(tail)
         if occurrence < 1:
             raise InputError(f"{word!r}: occurrences count from 1 ({head}#1 is the first)")
-    found = [
-        i
-        for i, (w, special) in enumerate(zip(words, is_special, strict=True))
-        if not special and w.lower() == name.lower()
-    ]
+    pairs = enumerate(zip(words, is_special, strict=True))
+    plain = [(i, w) for i, (w, special) in pairs if not special]
+    found = [i for i, w in plain if w == name]
     if not found:
-        plain = [w for w, s in zip(words, is_special, strict=True) if not s]
-        raise InputError(f"word {name!r} is not in the sentence (words: {' '.join(plain)})")
-    if occurrence > len(found):
+        found = [i for i, w in plain if w.casefold() == name.casefold()]
+        spellings = list(dict.fromkeys(words[i] for i in found))
+        if len(spellings) > 1:
+            raise InputError(
+                f"word {name!r} is in the sentence only in another case, as "
+                f"{' and '.join(map(repr, spellings))}: give one as written"
+            )
+    if not found:
         raise InputError(
-            f"word {name!r} occurs {len(found)} time(s) in the sentence, not {occurrence}"
+            f"word {name!r} is not in the sentence (words: {' '.join(w for _, w in plain)})"
+        )
+    if occurrence > len(found):
+        others = sorted({w for _, w in plain if w.casefold() == name.casefold()} - {name})
+        also = f" (as written; {', '.join(others)} not counted)" if others else ""
+        raise InputError(
+            f"word {name!r} occurs {len(found)} time(s) in the sentence{also}, not {occurrence}"
         )
     return found[occurrence - 1]
 

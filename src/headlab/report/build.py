@@ -153,25 +153,32 @@ def default_folder(model: str | None) -> str:
 
 
 def check_focus_word(word: str, sentences: list[str]) -> None:
-    """The viewer opens on ``word`` in the first of ``sentences`` that has it: refuse a word
-    that none has, before any work, as ``headlab heads`` does.
+    """The viewer opens on ``word`` in the first of ``sentences`` (its own and the treebank's
+    beside them) that has it: refuse a word that none has, before any work.
 
     Raises:
-        InputError: no sentence has the word.
+        InputError: no sentence has the word (one message, however many sentences).
     """
 
-    first: InputError | None = None
     for sentence in sentences:
         words = [w for w, _, _ in split_words(sentence)]
         try:
             find_word(words, [False] * len(words), word)
             return
-        except InputError as err:
-            first = first or err
-    if len(sentences) == 1 and first is not None:
-        raise first
-    shown = "; ".join(repr(s) for s in sentences)
-    raise InputError(f"--word {word!r} is in none of the viewer's sentences ({shown})")
+        except InputError:
+            continue
+    shown = "; ".join(repr(s if len(s) <= 40 else s[:39] + "\u2026") for s in sentences)
+    raise InputError(
+        f"--word {word!r} is in none of the viewer's {len(sentences)} sentence(s) ({shown}); "
+        "give a word of one of them as written, or add a sentence that has it with --sentence"
+    )
+
+
+def treebank_sentences(gold: GoldInputs) -> list[str]:
+    """The treebank's sentences the viewer shows beside its own (:data:`TREEBANK_SENTENCES`
+    of 6 to 25 words)."""
+    shown = [" ".join(s.words) for s in gold.treebank.sentences if 6 <= len(s.words) <= 25]
+    return shown[:TREEBANK_SENTENCES]
 
 
 def viewer_sentences(
@@ -263,10 +270,7 @@ def build_report(
     check_models(inputs, lm.name)
     default_sentences, default_word = viewer_sentences(lm.causal, word=word)
     sentences, word = sentences or default_sentences, word or default_word
-    shown = [*sentences]
-    shown += [" ".join(s.words) for s in gold.treebank.sentences if 6 <= len(s.words) <= 25][
-        :TREEBANK_SENTENCES
-    ]
+    shown = [*sentences, *treebank_sentences(gold)]
     if measure not in ("quick", "full", "curve", "roles"):
         raise InputError(f"measure must be quick, full, curve or roles, got {measure!r}")
     stages = measure in ("quick", "full")

@@ -33,6 +33,7 @@ from headlab.report.build import (
     default_folder,
     measure_mode,
     read_inputs,
+    treebank_sentences,
     viewer_sentences,
 )
 from headlab.report.folder import KIND
@@ -102,10 +103,10 @@ class ReportRequest:
             )
         if not 0 <= self.replicates <= MAX_REPLICATES:
             raise InputError(f"--replicates must be 0 to {MAX_REPLICATES:,}, got {self.replicates}")
-        if self.model is None:  # the default encoder: check the word before any work
-            self.viewer(causal=False)
         check_output(self.folder, overwrite=self.overwrite, kind=KIND, replace_kind=True)
         self.gold  # noqa: B018
+        if self.model is None:  # the default encoder: check the word before any work
+            self.viewer(causal=False)  # in its sentences and the treebank's shown beside them
 
     @cached_property
     def inputs(self) -> ReportInputs:
@@ -150,14 +151,15 @@ class ReportRequest:
         return lm
 
     def viewer(self, causal: bool) -> tuple[list[str], str]:
-        """The viewer's sentences and the word it opens on, for a causal model or an encoder,
-        the word checked to be in one of them.
+        """The viewer's own sentences and the word it opens on, for a causal model or an
+        encoder, the word checked to be in one of them or of the gold data's treebank
+        sentences shown beside them (:func:`~headlab.report.build.treebank_sentences`).
 
         Raises:
             InputError: no sentence has the word.
         """
         sentences, word = viewer_sentences(causal, list(self.sentence), self.word)
-        check_focus_word(word, sentences)
+        check_focus_word(word, [*sentences, *treebank_sentences(self.gold)])
         return sentences, word
 
     def run(self, lm: LoadedModel, progress: Progress = NO_PROGRESS) -> Built:

@@ -181,7 +181,8 @@ def trace_word(
     Args:
         lm: the model.
         sentence: the parsed sentence (words, 0-based heads, relations).
-        word: the word to trace (case-insensitive; ``word#2`` for its second occurrence).
+        word: the word to trace (as written first, else in another case: ``find_word``;
+            ``word#2`` for its second occurrence).
         relations: the relation table (``RoleReport.relations`` or :func:`read_relation_table`).
         k: heads shown per dependent; the verdict is "agree" when the table's head is among them.
         table_source: where the relation table comes from, in words (kept in the JSON).

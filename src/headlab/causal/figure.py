@@ -37,7 +37,9 @@ def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
     effects = result.effects.double().numpy()  # (L, H), NaN where a layer has no such head
     n_layers, n_heads = effects.shape
     bound = heatmap_bound(effects)
-    fig, ax = plt.subplots(figsize=(0.42 * n_heads + 2.6, 0.22 * n_layers + 1.6))
+    # wide and tall enough for the two-line title and the colour bar's label on a small model
+    size = (max(6.4, 0.42 * n_heads + 2.6), max(3.6, 0.22 * n_layers + 1.6))
+    fig, ax = plt.subplots(figsize=size)
     image = ax.imshow(
         effects, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", origin="lower"
     )

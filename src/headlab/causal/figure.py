@@ -4,6 +4,8 @@ head's signed effect), composition rows, and a circuit drawn as a graph."""
 from __future__ import annotations
 
 import io
+import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,9 @@ def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
     effects = result.effects.double().numpy()  # (L, H), NaN where a layer has no such head
     n_layers, n_heads = effects.shape
     bound = heatmap_bound(effects)
-    fig, ax = plt.subplots(figsize=(0.42 * n_heads + 2.6, 0.22 * n_layers + 1.6))
+    # wide and tall enough for the two-line title and the colour bar's label on a small model
+    size = (max(6.4, 0.42 * n_heads + 2.6), max(3.6, 0.22 * n_layers + 1.6))
+    fig, ax = plt.subplots(figsize=size)
     image = ax.imshow(
         effects, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", origin="lower"
     )
@@ -152,50 +156,122 @@ CLASS_COLOURS = {
 }
 #: a head whose class was not measured (headlab circuit --no-classes)
 UNNAMED_COLOUR = "#6baed6"
-#: every head carries its name in a circuit of at most this many heads
-LABEL_ALL = 60
+#: every head carries its name in a circuit of at most this many heads; in a larger one the
+#: :data:`LABEL_TOP` of largest |effect| and every head a class names do, the rest are listed
+LABEL_ALL, LABEL_TOP = 60, 20
+
+
+def head_effects(data: dict[str, Any]) -> dict[str, float]:
+    """Each head node's effect (``headlab circuit --json``): its estimated share of the logit
+    difference (the node's ``effect``); in a result written before nodes carried it, its
+    direct logit attribution where classes were measured, else 0."""
+    dla = {f"{h['layer']}.{h['head']}": h.get("dla") for h in data.get("heads", [])}
+    out = {}
+    for n in data["nodes"]:
+        if n["kind"] == "head":
+            value = n.get("effect")
+            out[n["name"]] = float(value if value is not None else dla.get(n["name"]) or 0.0)
+    return out
+
+
+def labelled_heads(data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The heads the drawing names and the heads it lists instead, each by decreasing |effect|
+    (:func:`head_effects`): all named in a circuit of at most :data:`LABEL_ALL` heads; else the
+    :data:`LABEL_TOP` of largest |effect| and every head a class names (not unexplained)."""
+    effects = head_effects(data)
+    order = sorted(effects, key=lambda name: -abs(effects[name]))
+    if len(order) <= LABEL_ALL:
+        return order, []
+    named = {n["name"] for n in data["nodes"] if n["class"] not in (None, "unexplained")}
+    top = set(order[:LABEL_TOP]) | named
+    return [h for h in order if h in top], [h for h in order if h not in top]
+
+
+def circuit_layout(data: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Where each node of a circuit is drawn, in head columns and layer rows: the embeddings
+    below layer 0 and the logits above the last, both centred; a head at its layer's row and
+    its column; the MLP of layer L in the half row above its heads (it reads after them),
+    between two head columns, staggered over three so that the MLPs' edges do not run along
+    one line."""
+    nodes = data["nodes"]
+    top = max((n["layer"] for n in nodes if n["layer"] is not None), default=0)
+    width = max((n["head"] + 1 for n in nodes if n["kind"] == "head"), default=1)
+    centre = (width - 1) / 2
+    pos: dict[str, tuple[float, float]] = {}
+    for n in nodes:
+        if n["kind"] == "embed":
+            pos[n["name"]] = (centre, -1.0)
+        elif n["kind"] == "logits":
+            pos[n["name"]] = (centre, top + 1.0)
+        elif n["kind"] == "mlp":
+            # between two head columns, clear of the heads' names
+            x = math.floor(centre + (n["layer"] % 3 - 1) * max(1.0, width / 4)) + 0.5
+            pos[n["name"]] = (max(-0.5, min(x, width - 0.5)), n["layer"] + 0.5)
+        else:
+            pos[n["name"]] = (float(n["head"]), float(n["layer"]))
+    return pos
 
 
 def _receiver_nodes(name: str, present: set[str], group: list[int]) -> list[str]:
-    """The nodes a receiver belongs to: ``q:L.H`` its head, ``k:L.G``/``v:L.G`` the heads of
-    KV group ``G`` that are drawn, ``mlp L`` and ``logits`` themselves."""
+    """The drawn nodes a receiver belongs to: ``q:L.H`` its head, ``k:L.G``/``v:L.G`` the heads
+    of KV group ``G``, ``mlp L`` and ``logits`` themselves (a head that sends along no edge of
+    the circuit is not drawn, nor are the edges into it)."""
     if name == "logits" or name.startswith("mlp "):
-        return [name]
+        return [name] if name in present else []
     kind, rest = name.split(":")
     layer, index = (int(x) for x in rest.split("."))
     if kind == "q":
-        return [f"{layer}.{index}"]
-    size = group[layer]
-    heads = (f"{layer}.{h}" for h in range(index * size, (index + 1) * size))
+        heads: Any = [f"{layer}.{index}"]
+    else:
+        size = group[layer]
+        heads = (f"{layer}.{h}" for h in range(index * size, (index + 1) * size))
     return [h for h in heads if h in present]
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def circuit_notes(data: dict[str, Any], listed: list[str]) -> str:
+    """The lines under the drawing: the heads of the circuit it lists instead of naming, and
+    the heads left out of it that a reader should hear of (the JSON's ``left_out``)."""
+    lines = []
+    if listed:
+        names = ", ".join(listed)
+        lines.append(f"Also in the circuit, unlabelled ({len(listed)}, by |effect|): {names}")
+    out = data.get("left_out") or []
+    if out:
+        names = "; ".join(
+            f"{h['layer']}.{h['head']} (effect {h['effect']:+.2f}, {_ordinal(h['rank'])} of "
+            f"{h['of']})"
+            for h in out
+        )
+        lines.append(f"Not in the circuit: {names}")
+    return "\n".join(textwrap.fill(line, 150) for line in lines)
 
 
 def write_circuit(data: dict[str, Any], path: str | Path, *, max_edges: int = 400) -> Path:
     """Draw a circuit (``headlab circuit --json``) as a graph: the embeddings at the bottom, the
-    logits at the top, a layer a row; heads as dots coloured by class, MLPs as squares; the
-    ``max_edges`` strongest edges as lines as wide as their |score|, orange where corrupting
-    the edge lowers the logit difference, blue where it raises it. Written atomically."""
+    logits at the top, a layer a row (:func:`circuit_layout`); heads as dots coloured by class,
+    named by :func:`labelled_heads` (the rest and the heads left out listed below), MLPs as
+    squares; the ``max_edges`` strongest edges as lines as wide as their |score|, orange where
+    corrupting the edge lowers the logit difference, blue where it raises it. Written
+    atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     nodes = data["nodes"]
-    layers = [n["layer"] for n in nodes if n["layer"] is not None]
-    top = max(layers, default=0)
+    pos = circuit_layout(data)
+    top = max((n["layer"] for n in nodes if n["layer"] is not None), default=0)
     width = max((n["head"] + 1 for n in nodes if n["kind"] == "head"), default=1)
-    pos: dict[str, tuple[float, float]] = {}
-    for n in nodes:
-        if n["kind"] == "embed":
-            pos[n["name"]] = ((width - 1) / 2, -1.0)
-        elif n["kind"] == "logits":
-            pos[n["name"]] = ((width - 1) / 2, top + 1.0)
-        else:
-            x = width + 0.2 if n["kind"] == "mlp" else n["head"]
-            pos[n["name"]] = (float(x), float(n["layer"]))
     edges = data["edges"][:max_edges]
     most = max((abs(e["score"]) for e in edges), default=1.0) or 1.0
-    fig, ax = plt.subplots(figsize=(0.55 * width + 3.4, 0.26 * top + 2.6))
+    labelled, listed = labelled_heads(data)
+    notes = circuit_notes(data, listed)
+    extra = 0.11 * (notes.count("\n") + 1) if notes else 0.0
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.55 * width + 3.4), 0.26 * top + 2.6 + extra))
     present = set(pos)
     for e in edges:
         x0, y0 = pos[e["sender"]]
@@ -205,11 +281,11 @@ def write_circuit(data: dict[str, Any], path: str | Path, *, max_edges: int = 40
                 [x0, x1], [y0, y1], color="#e6550d" if e["score"] < 0 else "#3182bd",
                 linewidth=0.3 + 3.0 * abs(e["score"]) / most, alpha=0.45, zorder=1,
             )  # fmt: skip
-    label_all = sum(n["kind"] == "head" for n in nodes) <= LABEL_ALL
+    named = set(labelled)
     for n in nodes:
         x, y = pos[n["name"]]
         if n["kind"] == "mlp":
-            ax.scatter([x], [y], marker="s", s=28, color="#bdbdbd", zorder=2)
+            ax.scatter([x], [y], marker="s", s=30, color="#bdbdbd", edgecolor="#555555", zorder=2)
             continue
         if n["kind"] == "head":
             colour = CLASS_COLOURS.get(n["class"], UNNAMED_COLOUR) if n["class"] else UNNAMED_COLOUR
@@ -221,13 +297,17 @@ def write_circuit(data: dict[str, Any], path: str | Path, *, max_edges: int = 40
                 n["name"], (x, y), xytext=(9, 0), textcoords="offset points", fontsize=7,
                 va="center", ha="left",
             )  # fmt: skip
-        elif label_all or n["class"] not in (None, "unexplained"):
+        elif n["name"] in named:
             ax.annotate(
                 n["name"], (x, y), xytext=(0, 6), textcoords="offset points", fontsize=5.5,
                 va="bottom", ha="center", zorder=3,
             )  # fmt: skip
     for colour, meaning in (("#e6550d", "corrupting lowers LD"), ("#3182bd", "raises LD")):
         ax.plot([], [], color=colour, linewidth=2, label=meaning)
+    ax.scatter(
+        [], [], marker="s", s=30, color="#bdbdbd", edgecolor="#555555",
+        label="MLP, above its layer's heads",
+    )  # fmt: skip
     for name in (c for c in CLASS_COLOURS if c in data["classes"]):
         ax.scatter([], [], color=CLASS_COLOURS[name], label=name)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
@@ -236,6 +316,8 @@ def write_circuit(data: dict[str, Any], path: str | Path, *, max_edges: int = 40
     )
     ax.set_xticks([])
     ax.set_ylabel("layer")
+    if notes:
+        ax.set_xlabel(notes, fontsize=5.5, loc="left", labelpad=6)
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
     c = data["circuit"]

@@ -100,7 +100,8 @@ class CircuitResult:
             key=lambda e: -abs(e["score"]),
         )
         names = [*sorted({e["sender"] for e in edges}, key=graph.senders.index), "logits"]
-        nodes = [_node(name, self.heads) for name in names]
+        effects = self.sender_effects()
+        nodes = [{**_node(name, self.heads), "effect": effects.get(name)} for name in names]
 
         def point(i: int | None) -> dict[str, Any] | None:
             if i is None:
@@ -155,8 +156,49 @@ class CircuitResult:
                 {"layer": layer, "head": head, **info}
                 for (layer, head), info in sorted(self.heads.items())
             ],
+            "left_out": left_out(effects, set(names)),
             "seconds": round(self.seconds, 2),
         }
+
+    def sender_effects(self) -> dict[str, float]:
+        """Each sender's estimated effect (``embed``, ``L.H``, ``mlp L``): the share of the
+        logit difference that corrupting its output removes, the sum of its edges' scores over
+        the whole graph (every path from it to the logits passes one of them: the attribution
+        patching of ``headlab patch --method attribution`` for EAP, on the same prompts)."""
+        s = self.scores
+        shares = -s.scores.sum(dim=1) / (s.clean - s.corrupt)  # (S,)
+        return {
+            name: round(float(v), 4) + 0.0 for name, v in zip(s.graph.senders, shares, strict=True)
+        }
+
+
+#: heads not in the circuit named in its JSON: all of them when there are at most this many,
+#: else those among the :data:`LEFT_OUT_TOP` heads of largest estimated |effect|
+LEFT_OUT_ALL, LEFT_OUT_TOP = 10, 20
+
+
+def left_out(effects: dict[str, float], kept: set[str]) -> list[dict[str, Any]]:
+    """The heads the circuit leaves out that a reader should hear of (:data:`LEFT_OUT_ALL`,
+    :data:`LEFT_OUT_TOP`), by decreasing |effect|: each with its estimated effect and its rank
+    by |effect| among all heads."""
+    heads = sorted(
+        (n for n in effects if n != "embed" and not n.startswith("mlp ")),
+        key=lambda n: -abs(effects[n]),
+    )
+    rank = {name: i + 1 for i, name in enumerate(heads)}
+    out = [n for n in heads if n not in kept]
+    if len(out) > LEFT_OUT_ALL:
+        out = [n for n in out if rank[n] <= LEFT_OUT_TOP]
+    return [
+        {
+            "layer": int(n.split(".")[0]),
+            "head": int(n.split(".")[1]),
+            "effect": effects[n],
+            "rank": rank[n],
+            "of": len(heads),
+        }
+        for n in out
+    ]
 
 
 def _node(name: str, heads: dict[tuple[int, int], dict[str, Any]]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The circuit's page: one self-contained HTML file that draws ``headlab circuit``'s JSON as a
-graph (layers bottom to top, heads as nodes coloured by class, edge width by score) beside its
-faithfulness curve. Nothing is fetched from the network."""
+graph (layers bottom to top, heads as nodes coloured by class, edge width by score; the layout
+and the heads named are the PNG figure's, :mod:`headlab.causal.figure`) beside its faithfulness
+curve. Hovering a node shows its numbers. Nothing is fetched from the network."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from importlib.resources import files
 from typing import Any
 
 from headlab._version import __version__
+from headlab.causal.figure import circuit_layout, labelled_heads
 from headlab.page.html import content_security_policy, fill, safe_json
 
 #: edges drawn at most (the strongest by |score|; the page says how many the circuit has)
@@ -23,7 +25,16 @@ def circuit_html(data: dict[str, Any]) -> str:
     """The page for one circuit (``headlab.circuit/1``)."""
     css = _asset("circuit.css")
     js = '"use strict";\n(function () {\n' + _asset("draw.js") + _asset("circuit.js") + "})();\n"
-    drawn = {**data, "edges": data["edges"][:MAX_DRAWN], "edges_in_circuit": len(data["edges"])}
+    # the figure's layout and labelling rule (headlab.causal.figure), drawn here in SVG
+    labelled, listed = labelled_heads(data)
+    drawn = {
+        **data,
+        "edges": data["edges"][:MAX_DRAWN],
+        "edges_in_circuit": len(data["edges"]),
+        "layout": {name: list(xy) for name, xy in circuit_layout(data).items()},
+        "labelled": labelled,
+        "listed": listed,
+    }
     title = f"{data['model']}: the circuit of {data['task']}"
     return fill(
         _asset("circuit.html"),

@@ -26,8 +26,35 @@ def safe_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
-    """The page for ``data``, with ``figures`` given as ``(relative path, caption)``."""
+#: the report's sections of causal results: their id, heading and the box its script fills
+SECTIONS = {
+    "patch": ("Which heads carry the behaviour: patching", "patch-heads"),
+    "circuit": ("The circuit", "circuit-heads"),
+}
+
+
+def section(key: str, path: str, caption: str) -> str:
+    """A causal result's own section: its figure at full width, a link to the image at full
+    size, its caption, and a box the page's script fills with the heads (``report.js``)."""
+    heading, box = SECTIONS[key]
+    src, text = html.escape(path), html.escape(caption)
+    return (
+        f'<section id="{key}-section" class="causal">\n<h2>{heading}</h2>\n'
+        f'<figure class="full"><a href="{src}" title="the figure at full size">'
+        f'<img src="{src}" alt="{text}"></a>\n<figcaption>{text} '
+        f'(<a href="{src}">full size</a>)</figcaption></figure>\n'
+        f'<div id="{box}"></div>\n</section>'
+    )
+
+
+def render(
+    data: dict[str, Any],
+    figures: list[tuple[str, str]],
+    sections: dict[str, tuple[str, str]] | None = None,
+) -> str:
+    """The page for ``data``, with ``figures`` given as ``(relative path, caption)``;
+    ``sections``: a patching result's (``"patch"``) and a circuit's (``"circuit"``) figure as
+    ``(relative path, caption)``, each drawn in a section of its own (:func:`section`)."""
     assets = files("headlab.page") / "assets"
     template = (assets / "template.html").read_text(encoding="utf-8")
     figure_html = "\n".join(
@@ -35,6 +62,10 @@ def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         for path, caption in figures
     )
+    sections = sections or {}
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:  # the report's own keys: a bug, not user input
+        raise RuntimeError(f"no report section {sorted(unknown)}; expected {sorted(SECTIONS)}")
     css = (assets / "report.css").read_text(encoding="utf-8")
     js = script(assets)
     parts = {
@@ -42,6 +73,8 @@ def render(data: dict[str, Any], figures: list[tuple[str, str]]) -> str:
         "__CSP__": content_security_policy(scripts=[js], styles=[css]),
         "__CSS__": css,
         "__FIGURES__": figure_html,
+        "__PATCH__": section("patch", *sections["patch"]) if "patch" in sections else "",
+        "__CIRCUIT__": section("circuit", *sections["circuit"]) if "circuit" in sections else "",
         "__DATA__": safe_json(data),
         "__ATTENDS__": html.escape(decoder_roles_prose()),
         "__JS__": js,
@@ -64,8 +97,9 @@ def decoder_roles_prose() -> str:
 
 
 #: the page's script, in order: the drawing of a head, the grid of heads and a head's evidence
-#: panel (both shared with the explorer), the viewer, the tables, the decoder's parts and start
-SCRIPT_PARTS = ("draw.js", "grid.js", "report.js", "tables.js", "decoder.js")
+#: panel (both shared with the explorer), the viewer, the tables, the decoder's parts and start,
+#: the sections of a patching result and a circuit
+SCRIPT_PARTS = ("draw.js", "grid.js", "report.js", "tables.js", "decoder.js", "causal.js")
 
 
 def script(assets: Any) -> str:

@@ -4,6 +4,8 @@
 - :mod:`headlab.report.build`: its inputs, the stages (roles, what the ledger needs, the page).
 - :mod:`headlab.report.data`: the page's data, gathered from the measurements.
 - :mod:`headlab.report.folder`: the folder written atomically (index.html, figures, ledger).
+- :mod:`headlab.report.causal`: what the page shows of a patching result and a circuit, each
+  in its section, and the heads patching ranks high that the circuit leaves out.
 - :mod:`headlab.report.full`: what the report measures beside the roles (pruning, cost, one
   head against many).
 - :mod:`headlab.report.figures`, :mod:`headlab.report.decoder`, :mod:`headlab.report.ledger`:

@@ -22,6 +22,7 @@ from headlab.outputs import atomic_folder, check_output
 from headlab.page.html import render
 from headlab.progress import Progress, stage
 from headlab.report import figures
+from headlab.report.causal import circuit_heads, left_out_text, patched_heads
 from headlab.report.data import gather
 from headlab.report.decoder import companion
 from headlab.report.ledger import ledger_markdown
@@ -124,14 +125,21 @@ def write_report(
                 )
             )
             report.advance()
+        # patching and the circuit: each its own section, its figure at full size
+        sections: dict[str, tuple[str, str]] = {}
+        layer_heads = data["roles"].get("heads_in_layer") or [lm.n_heads] * lm.n_layers
         if patching:
-            made.append(_patching_figure(patching, fig_dir / "patching.png", roles))
+            path, caption = _patching_figure(patching, fig_dir / "patching.png", roles)
+            sections["patch"] = (f"figures/{path.name}", caption)
+            data["patching"] = patched_heads(patching, layer_heads)
             report.advance()
         if circuit:
-            made.append(_circuit_figure(circuit, fig_dir / "circuit.png"))
+            data["circuit"] = circuit_heads(circuit, patching)
+            path, caption = _circuit_figure(circuit, fig_dir / "circuit.png")
+            sections["circuit"] = (f"figures/{path.name}", caption + left_out_text(data["circuit"]))
             report.advance()
         rel = [(f"figures/{path.name}", caption) for path, caption in made]
-        (tmp / "index.html").write_text(render(data, rel), encoding="utf-8")
+        (tmp / "index.html").write_text(render(data, rel, sections), encoding="utf-8")
         report.advance()
         (tmp / "ledger.json").write_text(
             json.dumps({"schema": LEDGER_SCHEMA, "claims": data["ledger"]}, indent=2) + "\n",

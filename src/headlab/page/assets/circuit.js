@@ -5,8 +5,22 @@ const CLASS_COLOURS = data.class_colours;  // one palette, shared with the PNG f
 const MLP_COLOUR = "#bdbdbd", END_COLOUR = "#333", UNNAMED_COLOUR = "#6baed6";
 // heads are named when classes were measured (headlab circuit without --no-classes)
 const NAMED = data.nodes.some((n) => n.kind === "head" && n.class) || Object.keys(data.classes).length > 0;
-// every head carries its name when there are few; else the heads a class explains
-const LABEL_ALL = data.nodes.filter((n) => n.kind === "head").length <= 60;
+// the heads drawn with their name (headlab.causal.figure.labelled_heads, as in the PNG): all of
+// them in a small circuit, else those of largest |effect| and those a class names
+const LABELLED = new Set(data.labelled);
+// each head's evidence (headlab circuit --json "heads"), for its node's hover
+const EVIDENCE = {};
+(data.heads || []).forEach((h) => { EVIDENCE[h.layer + "." + h.head] = h; });
+// the evidence's numbers, in the words of the class rules
+const EVIDENCE_NAMES = [
+  ["dla", "direct logit attribution"], ["copying", "copies the indirect object"],
+  ["end_to_io", "attention from the end to the indirect object"],
+  ["end_to_s", "attention from the end to the subject"],
+  ["s2_to_s1", "attention from the subject's second occurrence to its first"],
+  ["s2_to_after_s1", "attention from the subject's second occurrence to the token after its first"],
+  ["previous", "attention to the previous token"],
+  ["path_to_name_movers", "path into the name movers' queries"],
+];
 
 function nodeColour(n) {
   if (n.kind === "head") return n.class ? CLASS_COLOURS[n.class] || CLASS_COLOURS.unexplained : UNNAMED_COLOUR;
@@ -19,21 +33,35 @@ function num(v, digits) {
   return fmt(v, digits);
 }
 
+// the figure's layout (data.layout: head columns and layer rows) in pixels
 function layout() {
-  const heads = data.nodes.filter((n) => n.kind === "head");
-  const layers = data.nodes.filter((n) => n.layer !== null).map((n) => n.layer);
-  const top = layers.length ? Math.max.apply(null, layers) : 0;
-  const width = Math.max(1, Math.max.apply(null, heads.map((n) => n.head + 1).concat([1])));
-  const pos = {}, dx = 46, dy = 26, left = 60, rows = top + 3;  // embed, layers, logits
+  const xy = Object.values(data.layout);
+  const top = Math.max(0, ...xy.map((p) => p[1])) - 1;  // the logits sit one row above
+  const width = Math.max(1, ...xy.map((p) => p[0] + 1));
+  const dx = 46, dy = 26, left = 60, rows = top + 3;  // embed, layers, logits
   const H = rows * dy + 50;
-  data.nodes.forEach((n) => {
-    let row, x;
-    if (n.kind === "embed") { row = 0; x = left + (width * dx) / 2; }
-    else if (n.kind === "logits") { row = top + 2; x = left + (width * dx) / 2; }
-    else { row = n.layer + 1; x = n.kind === "mlp" ? left + (width + 0.6) * dx : left + n.head * dx; }
-    pos[n.name] = { x: x, y: H - 36 - row * dy };
+  const pos = {};
+  Object.entries(data.layout).forEach(([name, p]) => {
+    pos[name] = { x: left + p[0] * dx, y: H - 36 - (p[1] + 1) * dy };
   });
-  return { pos: pos, W: left + (width + 2) * dx, H: H, top: top, dy: dy };
+  return { pos: pos, W: left + (width + 1) * dx, H: H, top: top, dy: dy };
+}
+
+// what hovering a node shows: its name, class, estimated effect and the evidence measured
+function nodeTitle(n) {
+  const lines = [n.name + (n.class ? " \u2014 " + n.class : "")];
+  if (n.effect !== null && n.effect !== undefined) {
+    lines.push("effect " + (n.effect > 0 ? "+" : "") + num(n.effect, 3) + " of the logit difference (" +
+      data.method.toUpperCase() + " estimate of corrupting its output)");
+  }
+  const ev = EVIDENCE[n.name];
+  if (ev) {
+    EVIDENCE_NAMES.forEach(([key, words]) => {
+      if (ev[key] !== null && ev[key] !== undefined) lines.push(words + ": " + num(ev[key], 3));
+    });
+    if (ev.role) lines.push("headlab roles: " + ev.role);
+  }
+  return lines.join("\n");
 }
 
 // the nodes an edge's receiver belongs to: q:L.H its head; k:L.G and v:L.G the heads of the
@@ -78,11 +106,10 @@ function drawGraph() {
     const mark = n.kind === "mlp"
       ? svgEl("rect", Object.assign({ x: p.x - 6, y: p.y - 6, width: 12, height: 12 }, attrs))
       : svgEl("circle", Object.assign({ cx: p.x, cy: p.y, r: n.kind === "head" ? 8 : 10 }, attrs));
-    mark.appendChild(svgEl("title", {}, n.name + (n.class ? " \u2014 " + n.class : "")));
+    mark.appendChild(svgEl("title", {}, nodeTitle(n)));
     nodeLayer.appendChild(mark);
-    // names on the ends and on the heads a class explains; every node has its title on hover
-    const explained = n.class && n.class !== "unexplained";
-    if (n.kind !== "mlp" && (n.kind !== "head" || explained || LABEL_ALL)) {
+    // names on the ends and on the heads labelled; every node shows its numbers on hover
+    if (n.kind !== "mlp" && (n.kind !== "head" || LABELLED.has(n.name))) {
       const below = n.kind === "embed";
       nodeLayer.appendChild(svgEl("text", { x: p.x + (n.kind === "head" ? 10 : 0), y: below ? p.y + 22 : p.y + (n.kind === "head" ? 3 : -13),
         "text-anchor": n.kind === "head" ? "start" : "middle", "font-size": 9, fill: "#222", class: "node-name" }, n.name));
@@ -90,11 +117,33 @@ function drawGraph() {
   });
   svg.appendChild(nodeLayer);
   document.getElementById("graph").appendChild(svg);
+  drawListed();
   const shown = data.edges.length, all = data.edges_in_circuit;
   document.getElementById("graph-note").textContent = "Bottom: the embeddings; top: the logits. " +
-    "Each circle a head, coloured by its class; squares the MLPs. " +
+    "Each circle a head, coloured by its class; squares the MLPs, each in the half row above its layer's heads. " +
+    (data.listed.length ? "Named: the " + data.labelled.length + " heads of largest |effect| and those a class names; the other " +
+      data.listed.length + " are listed under the graph. " : "") +
+    "Hover a node for its numbers. " +
     (shown < all ? "The " + shown + " strongest of the circuit's " + all + " edges are drawn. " : "All " + all + " edges are drawn. ") +
     "Orange: corrupting the edge lowers the logit difference (it carries the behaviour); blue: raises it; width: |score|.";
+}
+
+// the heads of the circuit drawn without their name, and the heads it leaves out
+function drawListed() {
+  const box = document.getElementById("listed");
+  if (data.listed.length) {
+    const more = el("details", { id: "unlabelled" });
+    more.appendChild(el("summary", {}, "Also in the circuit, unlabelled: " + data.listed.length + " heads, by |effect|"));
+    more.appendChild(el("p", { class: "muted" }, data.listed.join(", ")));
+    box.appendChild(more);
+  }
+  const out = data.left_out || [];
+  if (out.length) {
+    box.appendChild(el("p", { id: "left-out" }, "Not in the circuit: " + out.map((h) =>
+      h.layer + "." + h.head + " (effect " + (h.effect > 0 ? "+" : "") + num(h.effect, 2) + ", " + h.rank +
+      (h.rank % 100 >= 10 && h.rank % 100 <= 20 ? "th" : ({ 1: "st", 2: "nd", 3: "rd" })[h.rank % 10] || "th") +
+      " of " + h.of + " heads by |effect|)").join("; ") + "."));
+  }
 }
 
 function drawLegend() {
@@ -107,6 +156,14 @@ function drawLegend() {
     item.appendChild(document.createTextNode(pair[1]));
     box.appendChild(item);
   });
+  if (data.nodes.some((n) => n.kind === "mlp")) {
+    const item = el("span", { class: "mlp-key" });
+    const square = el("i");
+    square.style.background = MLP_COLOUR;
+    item.appendChild(square);
+    item.appendChild(document.createTextNode("MLP, above its layer's heads"));
+    box.appendChild(item);
+  }
   const present = new Set(data.nodes.filter((n) => n.kind === "head").map((n) => n.class));
   Object.keys(CLASS_COLOURS).filter((c) => present.has(c)).forEach((c) => {
     const item = el("span", { "data-class": c });
@@ -146,6 +203,19 @@ function drawCurve() {
       e >= 1000 ? e / 1000 + "k" : String(e)));
   }
   document.getElementById("curve").appendChild(svg);
+  // the curve's key: the red dot is the circuit kept
+  const key = el("p", { id: "curve-key", class: "muted" });
+  [["#3182bd", "a circuit measured"], ["#d62728", "the circuit kept: " + (data.circuit ? data.circuit.edges +
+    " edges, " + num(100 * data.circuit.faithfulness, 1) + "%" : "none")]].forEach(([colour, words], i) => {
+    const item = el("span", { class: i ? "kept" : "point" });
+    const dot = el("i");
+    dot.style.background = colour;
+    item.appendChild(dot);
+    item.appendChild(document.createTextNode(words));
+    key.appendChild(item);
+  });
+  key.appendChild(el("span", {}, "dashed: 80% and 90% of the logit difference"));
+  document.getElementById("curve").appendChild(key);
 }
 
 function table(head, rows) {

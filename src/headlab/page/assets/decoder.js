@@ -40,7 +40,7 @@ if (dec) {
     const mark = el("button", { class: "mark", "aria-pressed": "false" }, "mark in the grid");
     mark.addEventListener("click", () => {
       const on = mark.getAttribute("aria-pressed") !== "true";
-      document.querySelectorAll(".decoder-role button.mark").forEach((b) => b.setAttribute("aria-pressed", "false"));
+      document.querySelectorAll("button.mark").forEach((b) => b.setAttribute("aria-pressed", "false"));
       document.querySelectorAll("#grid button.marked").forEach((b) => b.classList.remove("marked"));
       if (on) {
         mark.setAttribute("aria-pressed", "true");

@@ -56,20 +56,24 @@ if (roles.heads.some((h) => h.stable === false)) {
 const gridBox = document.getElementById("grid");
 gridBox.appendChild(headGrid(layerHeads, {
   roles: { of: headInfo, style: data.role_style, fill: true },
+  decorate: causalTitle,  // causal.js: what patching and the circuit say of the head
   onClick: (l, h) => selectHead(l, h),
   onHover: (l, h) => showDetails(l, h),
 }));
 
 // grid.js's evidence panel of a head, with where the viewer's word attends in its sentence
-// and the head's strongest link in each sentence of the page
+// and the head's strongest link in each sentence of the page; links to the sections of
+// patching and the circuit where the head appears in them (causal.js)
 function showDetails(layer, head) {
   const s = sentences[state.sentence];
   const word = state.word >= 0 && state.word < s.side.words.length
     ? { side: s.side, row: s.pattern(layer, head)[state.word], index: state.word } : null;
-  document.getElementById("details").replaceChildren(...headPanel(layer, head, headInfo(layer, head), {
+  const panel = headPanel(layer, head, headInfo(layer, head), {
     word: word,
     examples: sentences.map((x) => ({ side: x.side, p: x.pattern(layer, head), text: x.data.text })),
-  }));
+  });
+  panel.splice(1, 0, ...causalLinks(layer, head));
+  document.getElementById("details").replaceChildren(...panel);
 }
 
 function selectHead(layer, head) {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from headlab.cli._args import integer, listed, text
@@ -67,6 +68,11 @@ def add_parser(sub: Any) -> None:
         ("importance", "the pruning importance"),
     ):
         p.add_argument(f"--no-{part}", action="store_true", help=f"leave out {what}")
+    p.add_argument(
+        "--html",
+        type=text("an .html path"),
+        help="write the offline atlas: a grid of heads, every card, filters, permalinks #L.H",
+    )
     p.add_argument("--json", action="store_true", help="every card, as JSON")
     p.set_defaults(handler=run)
 
@@ -84,5 +90,10 @@ def run(args: argparse.Namespace) -> int:
         if kept:
             note("headlab cards", kept)
     data = cards.to_json()
+    if args.html:
+        from headlab.page.atlas import atlas_html
+
+        cards.write(asked, atlas_html(data))
+        print(f"wrote {args.html}", file=sys.stderr)
     output(args, data, lambda: cards_text(data))
     return 0

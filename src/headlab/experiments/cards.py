@@ -42,6 +42,7 @@ from headlab.causal.generators import BUILTIN
 from headlab.causal.request import (
     ComposeRequest,
     PatchRequest,
+    check_outputs,
     patch_task,
     run_patch,
 )
@@ -51,6 +52,7 @@ from headlab.layout.costs import compute_spec
 from headlab.layout.sheet import DEFAULT_CONTEXT
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
+from headlab.outputs import write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress, stage
 from headlab.pruning.importance import gradient_importance
 from headlab.pruning.inputs import build_metrics
@@ -87,6 +89,7 @@ class CardsRequest:
         n, seed: prompts drawn per task, and their seed.
         top: tokens promoted and suppressed listed per head.
         no_roles, no_patch, no_dla, no_compose, no_importance: leave that part out.
+        html: the offline atlas of the cards to write (:meth:`Cards.write`).
 
     Raises:
         InputError: one line naming the flag.
@@ -105,12 +108,14 @@ class CardsRequest:
     no_dla: bool = False
     no_compose: bool = False
     no_importance: bool = False
+    html: str | None = None
 
     def __post_init__(self) -> None:
         self.check()
 
     def check(self) -> None:
         """The checks of the class docstring, before any model loads."""
+        check_outputs([("--html", self.html, ".html")])
         for task in self.tasks:
             if task not in BUILTIN:
                 raise InputError(f"--tasks: unknown task {task!r}; expected {', '.join(BUILTIN)}")
@@ -179,6 +184,12 @@ class Cards:
             "notes": self.notes,
             "cards": self.cards,
         }
+
+    def write(self, request: CardsRequest, page: str | None = None) -> None:
+        """Write ``page`` at ``request.html`` atomically: the atlas's text, built a floor above
+        by :func:`headlab.page.atlas.atlas_html` before anything is written."""
+        if request.html and page is not None:
+            write_text_atomic(request.html, page)
 
 
 # ------------------------------------------------------------------------------- the parts

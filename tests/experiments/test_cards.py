@@ -77,7 +77,7 @@ def test_every_head_has_a_card_and_every_field_its_command(llama_cards: dict[str
         assert key in data["commands"]
     for task in ("ioi", "induction"):
         assert data["commands"][f"does.patching.{task}"].endswith(
-            f"--task {task} --n {N} --seed 0 --no-layers --json"
+            f"--task {task} --n {N} --seed 0 --position last --no-layers --json"
         )
     json.dumps(data)  # plain JSON throughout
     assert all(isinstance(c["verdict"], str) and c["verdict"] for c in data["cards"])
@@ -93,7 +93,9 @@ def test_patching_and_dla_are_headlab_patch(
     llama: LoadedModel, llama_folder: Path, llama_cards: dict[str, Any]
 ) -> None:
     for task in ("ioi", "induction"):
-        asked = PatchRequest(model=str(llama_folder), task=task, n=N, no_layers=True)
+        asked = PatchRequest(
+            model=str(llama_folder), task=task, n=N, position="last", no_layers=True
+        )
         effects = asked.run(llama).to_json()["heads"]
         assert _grid(llama_cards, lambda c, t=task: c["does"]["patching"][t]) == [
             h["effect"] for h in effects
@@ -102,6 +104,28 @@ def test_patching_and_dla_are_headlab_patch(
         assert _grid(llama_cards, lambda c, t=task: c["writes"]["dla"][t]) == [
             h["dla"] for h in dla.to_json()["heads"]
         ]
+
+
+def test_every_position_is_headlab_patch_at_every_position(
+    llama: LoadedModel, llama_folder: Path
+) -> None:
+    asked = CardsRequest(
+        model=str(llama_folder),
+        tasks=("induction",),
+        n=N,
+        position="all",
+        no_roles=True,
+        no_dla=True,
+        no_compose=True,
+        no_importance=True,
+    )
+    data = asked.run(llama).to_json()
+    patch = PatchRequest(model=str(llama_folder), task="induction", n=N, no_layers=True)
+    assert _grid(data, lambda c: c["does"]["patching"]["induction"]) == [
+        h["effect"] for h in patch.run(llama).to_json()["heads"]
+    ]
+    assert "--position all" in data["commands"]["does.patching.induction"]
+    assert data["cards"][0]["looks"] is None and data["skipped"]["roles"] == "--no-roles"
 
 
 def test_reads_are_headlab_compose(
@@ -266,6 +290,7 @@ def test_the_command_prints_the_cards(
         (["--no-roles", "--limit", "5"], "--limit has no effect here"),
         (["--roles", "/nonexistent/roles.json"], "cannot read roles file"),
         (["--tasks", ""], "--tasks"),
+        (["--position", "first"], "--position"),
     ],
 )
 def test_bad_input_is_one_line_before_the_model_loads(

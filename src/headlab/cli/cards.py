@@ -58,6 +58,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="their seed (default 0)")
     p.add_argument(
+        "--position",
+        choices=("last", "all"),
+        default="last",
+        help="where each head is patched: the last token, where the answer is read (default; "
+        "about 6x faster on SmolLM2), or every position",
+    )
+    p.add_argument(
         "--top", type=integer(1, 100), default=5, help="tokens promoted and suppressed listed"
     )
     for part, what in (

@@ -71,6 +71,8 @@ N_PROMPTS = 24
 TOP_TOKENS = 5
 #: senders listed per head and kind of composition
 TOP_SENDERS = 3
+#: where heads are patched (``headlab patch --position``)
+POSITIONS = ("last", "all")
 #: the parts a request may leave out, each its own ``--no-PART`` flag
 PARTS = ("roles", "patch", "dla", "compose", "importance")
 
@@ -87,6 +89,8 @@ class CardsRequest:
         limit: sentences of a roles run measured here (``None``: all of the bundled sample).
         tasks: the built-in tasks patched (causal language models with their head).
         n, seed: prompts drawn per task, and their seed.
+        position: where each head is patched: ``"last"`` (the default: the last token, where
+            the answer is read; about 6x faster than every position on SmolLM2) or ``"all"``.
         top: tokens promoted and suppressed listed per head.
         no_roles, no_patch, no_dla, no_compose, no_importance: leave that part out.
         html: the offline atlas of the cards to write (:meth:`Cards.write`).
@@ -102,6 +106,7 @@ class CardsRequest:
     tasks: tuple[str, ...] = TASKS
     n: int = N_PROMPTS
     seed: int = 0
+    position: str = "last"
     top: int = TOP_TOKENS
     no_roles: bool = False
     no_patch: bool = False
@@ -121,6 +126,8 @@ class CardsRequest:
                 raise InputError(f"--tasks: unknown task {task!r}; expected {', '.join(BUILTIN)}")
         if not self.tasks and not (self.no_patch and self.no_dla):
             raise InputError("--tasks is empty: name a task, or add --no-patch --no-dla")
+        if self.position not in POSITIONS:
+            raise InputError(f"--position must be all or last, got {self.position!r}")
         if self.n < 1:
             raise InputError(f"--n must be at least 1, got {self.n}")
         if not 1 <= self.top <= 100:
@@ -245,7 +252,12 @@ def _task_effects(
         return patching, dla, dict.fromkeys(wanted, why)
     for name in request.tasks:
         asked = PatchRequest(
-            model=request.model, task=name, n=request.n, seed=request.seed, no_layers=True
+            model=request.model,
+            task=name,
+            n=request.n,
+            seed=request.seed,
+            position=request.position,
+            no_layers=True,
         )
         task = patch_task(lm, asked)
         for line in task.notes:
@@ -341,7 +353,8 @@ def _commands(
     }
     for task in request.tasks:
         out[f"does.patching.{task}"] = (
-            f"headlab patch --model {model} --task {task} {draw} --no-layers --json"
+            f"headlab patch --model {model} --task {task} {draw} --position {request.position} "
+            "--no-layers --json"
         )
         out[f"writes.dla.{task}"] = (
             f"headlab patch --model {model} --task {task} --method dla {draw} --json"
@@ -474,6 +487,7 @@ def measure_cards(
             "tasks": list(request.tasks),
             "n": request.n,
             "seed": request.seed,
+            "position": request.position,
             "top": request.top,
             "context": context,
         },

@@ -257,6 +257,9 @@ def test_the_verdict_says_both_where_attention_and_effect_disagree() -> None:
     assert line.startswith("looks like a delimiter head (0.71 against 0.30, 5/5 folds), acts "
                            "like an induction head: carries 36% of the induction task")  # fmt: skip
     assert "reads its keys from 2.0 (a previous-token head), 3.0x baseline" in line
+    # patched at every position, a previous-token head carries induction too: no role inferred
+    fed = verdict(_card("previous-token", {"induction": 0.36}), sender, position="all")
+    assert fed.startswith("previous-token head (0.71 against 0.30): carries 36% of the induction")
     same = verdict(_card("induction", {"induction": 0.36}, copying=0.92), sender, folds=5)
     assert same.startswith("induction head (0.71 against 0.30, 5/5 folds): carries 36%")
     assert "copies what it attends to (0.92)" in same

@@ -3,7 +3,8 @@
 
 Where attention and causal evidence disagree, the verdict says both: a head whose roles run
 names one role and which carries a task whose heads act as another (the induction task's
-carriers act as induction heads) "looks like a delimiter head, acts like an induction head".
+carriers, patched at the last position, act as induction heads) "looks like a delimiter head,
+acts like an induction head".
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ VERDICT_RULES = [
     "bar and, with folds, how many folds agree",
     f"carries: each built-in task whose activation-patching effect is >= {CARRIES} (as a share "
     "of the task's logit difference), largest first",
-    "acts like: a carried task's role (the induction task: an induction head); when the roles "
-    "run names another role, the verdict says both: 'looks like a R head, acts like a T head'",
+    "acts like: patched at the last position, a carried task's role (the induction task: an "
+    "induction head); when the roles run names another role, the verdict says both: 'looks "
+    "like a R head, acts like a T head'. Patched at every position, a task's carriers include "
+    "the heads that feed its role's heads (the previous-token heads of induction): no role is "
+    "inferred",
     f"writes: |direct logit attribution| >= {DIRECT} of the task's largest head: 'writes the "
     "answer directly' (positive) or 'pushes the answer down directly' (negative)",
     f"copies: copying score >= {COPIES} ('copies what it attends to'), <= -{COPIES} "
@@ -98,13 +102,17 @@ def verdict(
     *,
     folds: int = 0,
     largest_dla: dict[str, float] | None = None,
+    position: str = "last",
 ) -> str:
     """One line from ``card``'s numbers by :data:`VERDICT_RULES`; ``by_id``: every card by
     ``"L.H"`` (for a sender's role), ``folds``: the roles run's, ``largest_dla``: each task's
-    largest |direct logit attribution|."""
+    largest |direct logit attribution|, ``position``: where the heads were patched (``"last"``
+    or ``"all"``)."""
     clauses, carried = _clauses(card, by_id, largest_dla or {})
     role = _role(card)
-    acts = next((TASK_ROLES[t] for t, _ in carried if t in TASK_ROLES), None)
+    acts = None
+    if position == "last":  # at every position, a role's feeders carry its task too
+        acts = next((TASK_ROLES[t] for t, _ in carried if t in TASK_ROLES), None)
     looks = card.get("looks") or {}
     if role and acts and role != acts:
         first = f"looks like {_a(role)} head{_role_phrase(looks, folds)}, acts like {_a(acts)} head"

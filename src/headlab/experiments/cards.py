@@ -475,7 +475,9 @@ def measure_cards(
     largest = {t: float(v.nan_to_num(0.0).abs().max()) for t, v in dla.items()}
     by_id = {c["id"]: c for c in cards}
     for card in cards:
-        card["verdict"] = verdict(card, by_id, folds=folds, largest_dla=largest)
+        card["verdict"] = verdict(
+            card, by_id, folds=folds, largest_dla=largest, position=request.position
+        )
     commands = _commands(request, context, roles_from, skipped)
     if not lm.causal:
         commands.pop("costs.kv_share")

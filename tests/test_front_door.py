@@ -22,6 +22,7 @@ FRONT_DOOR = {
     "measure_roles",
     "patch",
     "circuit",
+    "cards",
     "prune",
     "spec",
 }
@@ -95,6 +96,20 @@ def test_circuit_is_the_circuit_request(folder: Path, tmp_path: Path) -> None:
     front = headlab.circuit(folder, html=str(page), **options)
     deep = CircuitRequest(model=str(folder), **options).run(load(folder, with_lm_head=True))
     assert _untimed(front.to_json()) == _untimed(deep.to_json())
+    assert page.read_text(encoding="utf-8").lower().startswith("<!doctype html>")
+
+
+def test_cards_is_the_cards_request(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from headlab.experiments.cards import CardsRequest
+
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    page = tmp_path / "atlas.html"
+    options = {"tasks": ("induction",), "n": 4, "limit": 10, "no_importance": True}
+    front = headlab.cards(folder, html=str(page), **options)
+    deep = CardsRequest(model=str(folder), **options).run(load(folder, with_lm_head=True))
+    assert front.to_json() == deep.to_json()
     assert page.read_text(encoding="utf-8").lower().startswith("<!doctype html>")
 
 

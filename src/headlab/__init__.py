@@ -10,6 +10,7 @@ run), and returns a result whose ``to_json()`` is the command's ``--json``:
 ``roles``          what every head specializes in, on gold data    ``headlab roles``
 ``patch``          which heads carry a behaviour (patching, DLA)   ``headlab patch``
 ``circuit``        a behaviour's circuit, measured on held-out     ``headlab circuit``
+``cards``          one card per head, every measurement joined     ``headlab cards``
 ``prune``          the pruning curve, or a smaller model written   ``headlab prune``
 ``spec``           heads, KV cache and FLOPs from a config          ``headlab spec``
 =================  ==============================================  ==========================
@@ -33,6 +34,7 @@ from headlab._lazy import attach
 from headlab._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from headlab.api import cards as cards
     from headlab.api import circuit as circuit
     from headlab.api import measure_roles as measure_roles
     from headlab.api import patch as patch

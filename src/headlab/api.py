@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from headlab.errors import InputError
 from headlab.layout.sheet import SpecOptions, spec_json
-from headlab.models.names import named_config
+from headlab.models.names import named_config, resolve
 from headlab.page.circuit import circuit_html
 from headlab.progress import NO_PROGRESS, Progress
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from headlab.causal.dla import DLAResult
     from headlab.causal.paths import PathResult
     from headlab.causal.result import PatchingResult
+    from headlab.experiments.cards import Cards
     from headlab.experiments.circuit_request import CircuitRun
     from headlab.models.loading import LoadedModel
     from headlab.pruning.workflow import MethodsCompared, PruneResult
@@ -125,6 +126,29 @@ def circuit(model: Model = None, *, progress: Progress = NO_PROGRESS, **options:
     run = request.run(_loaded(model, request.model, with_lm_head=True), progress)
     run.write(request, circuit_html(run.to_json()) if request.html else None)
     return run
+
+
+def cards(model: Model = None, *, progress: Progress = NO_PROGRESS, **options: Any) -> Cards:
+    """One card per head of ``model``: its roles, composition senders, OV tokens, copying,
+    DLA and patching on the built-in tasks, costs and importance, and a verdict, as ``headlab
+    cards`` builds them (:class:`~headlab.experiments.cards.CardsRequest`).
+
+    Args:
+        model: any model headlab opens (default SmolLM2-135M); a causal language model loads
+            with its head.
+        options: ``roles``, ``limit``, ``tasks``, ``n``, ``seed``, ``position``, ``top``,
+            ``no_roles``, ``no_patch``, ``no_dla``, ``no_compose``, ``no_importance``; the
+            atlas ``html`` is written.
+    """
+    from headlab.experiments.cards import CardsRequest
+    from headlab.page.atlas import atlas_html  # the role colours: torch
+
+    named = _name(model)
+    request = CardsRequest(**options) if named is None else CardsRequest(model=named, **options)
+    causal = bool(resolve(request.model).causal)
+    result = request.run(_loaded(model, request.model, with_lm_head=causal), progress)
+    result.write(request, atlas_html(result.to_json()) if request.html else None)
+    return result
 
 
 #: the pruning options that are paths (the command's flags give ``Path``s)

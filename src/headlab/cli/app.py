@@ -21,6 +21,7 @@ from typing import NoReturn
 
 from headlab._version import __version__
 from headlab.cli import (
+    cards,
     circuit,
     compose,
     experiment,
@@ -37,7 +38,20 @@ from headlab.errors import HeadlabError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
-COMMANDS = (report, heads, roles, patch, compose, circuit, prune, spec, train, experiment, serve)
+COMMANDS = (
+    report,
+    heads,
+    roles,
+    patch,
+    compose,
+    circuit,
+    cards,
+    prune,
+    spec,
+    train,
+    experiment,
+    serve,
+)
 
 
 class _Parser(argparse.ArgumentParser):

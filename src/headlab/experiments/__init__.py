@@ -7,6 +7,9 @@
 - :mod:`~headlab.experiments.circuit_request` (and ``circuit``, ``head_classes``): a
   behaviour's circuit found and measured, its heads named from evidence (``headlab circuit``).
 - :mod:`~headlab.experiments.agreement`: roles checked against patching.
+- :mod:`~headlab.experiments.cards` (and ``card_verdict``): one card per head joining its
+  roles, composition, OV circuit, patching, DLA, cost and importance, with a verdict
+  (``headlab cards``).
 """
 
 from typing import TYPE_CHECKING

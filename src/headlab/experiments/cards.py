@@ -1,0 +1,501 @@
+"""One card per head (``headlab cards``): where it looks, what it reads, what it writes, what it
+does and what it costs, each number taken from the analysis that measures it, called as its own
+command calls it, and a one-line verdict written from them (:mod:`headlab.experiments.card_verdict`).
+
+A card joins, for every head of the model:
+
+- **looks**: its entry of a ``headlab roles`` run (role, roles, score over its bar, fold and
+  bootstrap agreement, every probe's score: sink share, entropy, previous token...): the run
+  given (``roles``), else the model's cached run (:func:`headlab.cache.cached_roles_path`), else
+  one measured here (:class:`~headlab.roles.workflow.RolesRequest`, ``limit`` sentences);
+- **reads**: its :data:`TOP_SENDERS` strongest senders by Q-, K- and V-composition, each against
+  the random baseline (``headlab compose --receivers L.H``);
+- **writes**: the tokens its OV circuit promotes and suppresses most
+  (:func:`~headlab.roles.copying.written_tokens`), its copying score
+  (:func:`~headlab.roles.copying.copying_scores`), and its direct logit attribution on each
+  built-in task (``headlab patch --method dla``);
+- **does**: its activation-patching effect on each built-in task (``headlab patch``);
+- **costs**: its share of the attention FLOPs per token and of the KV cache (a query head
+  shares its KV group's cache with the group), from the layout as ``headlab spec`` computes them,
+  and its gradient importance with its rank among all heads, as ``headlab prune`` scores heads
+  (perplexity on the bundled text for a causal model, STS-B for an encoder).
+
+The JSON (:data:`SCHEMA`) names, for every field, the command that reproduces its numbers
+(``commands``, ``L.H`` standing for the head), and for every part left out why (``skipped``).
+
+Shape vocabulary: ``L`` layers, ``H`` heads.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from headlab.cache import cached_roles_path
+from headlab.causal.composition import KINDS, receiver_senders
+from headlab.causal.generators import BUILTIN
+from headlab.causal.request import (
+    ComposeRequest,
+    PatchRequest,
+    check_outputs,
+    patch_task,
+    run_patch,
+)
+from headlab.errors import DataFormatError, HeadlabError, InputError
+from headlab.experiments.card_verdict import VERDICT_RULES, verdict
+from headlab.layout.costs import compute_spec
+from headlab.layout.sheet import DEFAULT_CONTEXT
+from headlab.models.loading import LoadedModel
+from headlab.models.names import DECODER
+from headlab.outputs import write_text_atomic
+from headlab.progress import NO_PROGRESS, Progress, stage
+from headlab.pruning.importance import gradient_importance
+from headlab.pruning.inputs import build_metrics
+from headlab.pruning.results import PruneOptions
+from headlab.roles.copying import copying_scores, written_tokens
+from headlab.roles.results import read_roles_json
+from headlab.roles.workflow import RolesRequest
+
+#: the ``schema`` of ``headlab cards --json``
+SCHEMA = "headlab.cards/1"
+#: the built-in tasks patched by default
+TASKS = ("ioi", "induction")
+#: prompts drawn per task by default (``headlab patch``'s default)
+N_PROMPTS = 24
+#: tokens promoted and suppressed listed per head
+TOP_TOKENS = 5
+#: senders listed per head and kind of composition
+TOP_SENDERS = 3
+#: where heads are patched (``headlab patch --position``)
+POSITIONS = ("last", "all")
+#: the parts a request may leave out, each its own ``--no-PART`` flag
+PARTS = ("roles", "patch", "dla", "compose", "importance")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CardsRequest:
+    """What ``headlab cards`` is asked, its fields named as the command's flags; checked on
+    creation (no model loaded).
+
+    Attributes:
+        model: any model headlab opens (default: the bundled SmolLM2).
+        roles: a ``headlab roles --json`` run of the model (default: its cached run, else one
+            measured here).
+        limit: sentences of a roles run measured here (``None``: all of the bundled sample).
+        tasks: the built-in tasks patched (causal language models with their head).
+        n, seed: prompts drawn per task, and their seed.
+        position: where each head is patched: ``"last"`` (the default: the last token, where
+            the answer is read; about 6x faster than every position on SmolLM2) or ``"all"``.
+        top: tokens promoted and suppressed listed per head.
+        no_roles, no_patch, no_dla, no_compose, no_importance: leave that part out.
+        html: the offline atlas of the cards to write (:meth:`Cards.write`).
+
+    Raises:
+        InputError: one line naming the flag.
+        DataFormatError: a roles file that is not one.
+    """
+
+    model: str = DECODER
+    roles: str | None = None
+    limit: int | None = None
+    tasks: tuple[str, ...] = TASKS
+    n: int = N_PROMPTS
+    seed: int = 0
+    position: str = "last"
+    top: int = TOP_TOKENS
+    no_roles: bool = False
+    no_patch: bool = False
+    no_dla: bool = False
+    no_compose: bool = False
+    no_importance: bool = False
+    html: str | None = None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """The checks of the class docstring, before any model loads."""
+        check_outputs([("--html", self.html, ".html")])
+        for task in self.tasks:
+            if task not in BUILTIN:
+                raise InputError(f"--tasks: unknown task {task!r}; expected {', '.join(BUILTIN)}")
+        if not self.tasks and not (self.no_patch and self.no_dla):
+            raise InputError("--tasks is empty: name a task, or add --no-patch --no-dla")
+        if self.position not in POSITIONS:
+            raise InputError(f"--position must be all or last, got {self.position!r}")
+        if self.n < 1:
+            raise InputError(f"--n must be at least 1, got {self.n}")
+        if not 1 <= self.top <= 100:
+            raise InputError(f"--top must be 1 to 100, got {self.top}")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"--limit must be at least 1, got {self.limit}")
+        if self.no_roles and (self.roles or self.limit is not None):
+            flag = "--roles" if self.roles else "--limit"
+            raise InputError(f"{flag} has no effect here: --no-roles leaves the roles out")
+        if self.roles:
+            read_roles_json(self.roles)
+
+    def run(
+        self,
+        lm: LoadedModel,
+        progress: Progress = NO_PROGRESS,
+        *,
+        notify: Callable[[str], None] = lambda note: None,
+    ) -> Cards:
+        """Every head's card (:func:`measure_cards`)."""
+        return measure_cards(lm, self, progress=progress, notify=notify)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cards:
+    """Every head's card, the commands that reproduce each field, and the parts left out.
+
+    Attributes:
+        roles_measured: the roles run measured here (``headlab roles --json``'s JSON), for the
+            caller to keep as the model's cached run; ``None`` when read or left out.
+    """
+
+    model: str
+    heads_in_layer: tuple[int, ...]
+    causal: bool
+    settings: dict[str, Any]
+    commands: dict[str, str]
+    skipped: dict[str, str]
+    cards: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    roles_from: str | None = None
+    roles_measured: dict[str, Any] | None = None
+
+    def card(self, layer: int, head: int) -> dict[str, Any]:
+        """Head ``layer.head``'s card."""
+        return self.cards[sum(self.heads_in_layer[:layer]) + head]
+
+    def to_json(self) -> dict[str, Any]:
+        """``headlab cards --json`` (schema :data:`SCHEMA`; 0-based layer and head)."""
+        return {
+            "schema": SCHEMA,
+            "model": self.model,
+            "layers": len(self.heads_in_layer),
+            "heads_in_layer": list(self.heads_in_layer),
+            "causal": self.causal,
+            "settings": self.settings,
+            "roles_from": self.roles_from,
+            "commands": self.commands,
+            "skipped": self.skipped,
+            "rules": VERDICT_RULES,
+            "notes": self.notes,
+            "cards": self.cards,
+        }
+
+    def write(self, request: CardsRequest, page: str | None = None) -> None:
+        """Write ``page`` at ``request.html`` atomically: the atlas's text, built a floor above
+        by :func:`headlab.page.atlas.atlas_html` before anything is written."""
+        if request.html and page is not None:
+            write_text_atomic(request.html, page)
+
+
+# ------------------------------------------------------------------------------- the parts
+def _roles(
+    lm: LoadedModel, request: CardsRequest, progress: Progress, notify: Callable[[str], None]
+) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """The roles run (given, cached, or measured here), where it came from, and whether it
+    was measured here; ``(None, None, False)`` with ``no_roles``."""
+    if request.no_roles:
+        return None, None, False
+    heads = list(lm.layout.heads_per_layer)
+    path = Path(request.roles) if request.roles else cached_roles_path(lm.name)
+    if path.is_file():
+        try:
+            data = read_roles_json(path)
+        except (InputError, DataFormatError) as exc:
+            if request.roles:
+                raise
+            data, why = None, str(exc)
+        else:
+            theirs = data.get("heads_in_layer")
+            why = None
+            if theirs is not None and list(theirs) != heads:
+                why = f"its heads per layer {list(theirs)} are not the model's {heads}"
+                if request.roles:
+                    raise InputError(f"--roles {path}: {why}")
+        if data is not None and why is None:
+            if data["model"] != lm.name:
+                notify(f"the roles run {path} was measured on {data['model']!r}; heads match")
+            return data, str(path), False
+        notify(f"the cached roles run {path} is not used ({why}); measuring roles")
+    measured = RolesRequest(limit=request.limit).run(lm, progress).to_json()
+    return measured, "measured", True
+
+
+def _task_effects(
+    lm: LoadedModel, request: CardsRequest, progress: Progress, notify: Callable[[str], None]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, str]]:
+    """Each task's patching effects and direct logit attribution ``(L, H)``, as ``headlab
+    patch`` (``--no-layers``) and ``headlab patch --method dla`` measure them; why not, per
+    part."""
+    patching: dict[str, torch.Tensor] = {}
+    dla: dict[str, torch.Tensor] = {}
+    skipped: dict[str, str] = {}
+    wanted = [
+        part for part, off in (("patch", request.no_patch), ("dla", request.no_dla)) if not off
+    ]
+    if not wanted:
+        return patching, dla, skipped
+    head = getattr(lm.model, "get_output_embeddings", lambda: None)()
+    if not lm.causal or head is None:
+        why = "patching reads next-token logits: not a causal language model with its head"
+        return patching, dla, dict.fromkeys(wanted, why)
+    for name in request.tasks:
+        asked = PatchRequest(
+            model=request.model,
+            task=name,
+            n=request.n,
+            seed=request.seed,
+            position=request.position,
+            no_layers=True,
+        )
+        task = patch_task(lm, asked)
+        for line in task.notes:
+            notify(f"{name}: {line}")
+        if "patch" in wanted:
+            patching[name] = run_patch(lm, task, asked, progress=progress).effects
+        if "dla" in wanted:
+            dla[name] = run_patch(lm, task, replace(asked, method="dla"), progress=progress).dla
+    return patching, dla, skipped
+
+
+def _senders(lm: LoadedModel) -> dict[tuple[int, int], dict[str, list[dict[str, Any]]]]:
+    """Each head's :data:`TOP_SENDERS` strongest senders of each kind (``headlab compose
+    --receivers L.H --kind KIND --top 3``); empty lists in the first layer."""
+    scores = ComposeRequest(model=lm.name).run(lm).scores
+    out: dict[tuple[int, int], dict[str, list[dict[str, Any]]]] = {}
+    for layer, count in enumerate(lm.layout.heads_per_layer):
+        for head in range(count):
+            out[(layer, head)] = {kind: [] for kind in KINDS}
+            if layer == 0:
+                continue
+            for kind in KINDS:
+                (found,) = receiver_senders(lm, scores, kind, [(layer, head)], TOP_SENDERS)
+                out[(layer, head)][kind] = [
+                    {
+                        "head": f"{s['layer']}.{s['head']}",
+                        "score": s["score"],
+                        "x_baseline": s["x_baseline"],
+                    }
+                    for s in found["senders"]
+                ]
+    return out
+
+
+def _importance(lm: LoadedModel) -> torch.Tensor:
+    """``(L, H)``: gradient importance as ``headlab prune`` scores heads by default
+    (:func:`~headlab.pruning.inputs.build_metrics` of the default options)."""
+    _, metric, _ = build_metrics(lm, PruneOptions())
+    return gradient_importance(lm, metric)
+
+
+def cost_shares(lm: LoadedModel, context: int) -> tuple[list[float], list[float]]:
+    """Each layer's share, per query head, of the attention FLOPs per token and of the KV
+    cache at ``context`` tokens (:func:`~headlab.layout.costs.compute_spec` of the layout and
+    of each layer alone; a layer's cost split evenly among its query heads)."""
+    lay = lm.layout
+    whole = compute_spec(lay, context=context)
+    flops, kv = [], []
+    for layer, n_heads in enumerate(lay.heads_per_layer):
+        alone = replace(
+            lay,
+            n_layers=1,
+            heads_per_layer=(n_heads,),
+            kv_heads_per_layer=(lay.kv_heads_per_layer[layer],),
+            layer_windows=(lay.layer_windows[layer],),
+        )
+        one = compute_spec(alone, context=context)
+        flops.append(one.attention_flops_per_token / whole.attention_flops_per_token / n_heads)
+        kv.append(one.kv_cache_bytes / whole.kv_cache_bytes / n_heads)
+    return flops, kv
+
+
+# ------------------------------------------------------------------------------- the cards
+def _commands(
+    request: CardsRequest, context: int, roles_from: str | None, skipped: dict[str, str]
+) -> dict[str, str]:
+    """The command that reproduces each field measured, ``L.H`` standing for the head."""
+    model = shlex.quote(request.model)
+    draw = f"--n {request.n} --seed {request.seed}"
+    roles = f"headlab roles --model {model} --json"
+    if roles_from == "measured" and request.limit is not None:
+        roles += f" --limit {request.limit}"
+    elif roles_from not in (None, "measured"):
+        roles += f" (read from {roles_from})"
+    out = {
+        "looks": roles,
+        **{
+            f"reads.{kind}": f"headlab compose --model {model} --receivers L.H --kind {kind} "
+            f"--top {TOP_SENDERS} --json"
+            for kind in KINDS
+        },
+        "writes.promoted": f"python: headlab.roles.copying.written_tokens(lm, k={request.top})",
+        "writes.suppressed": f"python: headlab.roles.copying.written_tokens(lm, k={request.top})",
+        "writes.copying": f"{roles} (scores.copying); python: "
+        "headlab.roles.copying.copying_scores(lm)",
+        "costs.flops_share": f"headlab spec {model} --context {context} --json "
+        "(attention_flops_per_token of the head's layer / the model's / its heads)",
+        "costs.kv_share": f"headlab spec {model} --context {context} --json (kv_cache_bytes "
+        "of the head's layer / the model's / its query heads)",
+        "costs.importance": "python: headlab.pruning.importance.gradient_importance(lm, "
+        "headlab.pruning.inputs.build_metrics(lm, PruneOptions())[1]) (what headlab prune "
+        "ranks heads by)",
+    }
+    for task in request.tasks:
+        out[f"does.patching.{task}"] = (
+            f"headlab patch --model {model} --task {task} {draw} --position {request.position} "
+            "--no-layers --json"
+        )
+        out[f"writes.dla.{task}"] = (
+            f"headlab patch --model {model} --task {task} --method dla {draw} --json"
+        )
+    parts = {
+        "roles": ("looks",),
+        "compose": ("reads.",),
+        "patch": ("does.patching.",),
+        "dla": ("writes.dla.",),
+        "importance": ("costs.importance",),
+        "writes": ("writes.promoted", "writes.suppressed", "writes.copying"),
+    }
+    gone = tuple(p for part in skipped for p in parts.get(part, ()))
+    return {k: v for k, v in out.items() if not k.startswith(gone)}
+
+
+def _value(t: torch.Tensor | None, layer: int, head: int) -> float | None:
+    if t is None:
+        return None
+    v = float(t[layer, head])
+    return None if v != v else v
+
+
+def _tokens(lm: LoadedModel, ids: torch.Tensor, logits: torch.Tensor) -> list[dict[str, Any]]:
+    """``[{"token", "id", "logit"}]`` of one head's token ids (their text as decoded)."""
+    out = []
+    for token, logit in zip(ids.tolist(), logits.tolist(), strict=True):
+        if token < 0:
+            continue
+        text = lm.tokenizer.decode([token]) if lm.tokenizer is not None else str(token)
+        out.append({"token": text, "id": token, "logit": logit})
+    return out
+
+
+def measure_cards(
+    lm: LoadedModel,
+    request: CardsRequest,
+    *,
+    progress: Progress = NO_PROGRESS,
+    notify: Callable[[str], None] = lambda note: None,
+) -> Cards:
+    """Every head's card of ``lm`` as ``request`` asks (the module docstring)."""
+    skipped: dict[str, str] = {}
+    roles, roles_from, measured = _roles(lm, request, progress, notify)
+    if roles is None:
+        skipped["roles"] = "--no-roles"
+    patching, dla, why = _task_effects(lm, request, progress, notify)
+    skipped.update(why)
+    skipped.update(
+        {part: f"--no-{part}" for part in ("patch", "dla") if getattr(request, f"no_{part}")}
+    )
+    senders = None
+    if request.no_compose:
+        skipped["compose"] = "--no-compose"
+    else:
+        with stage(progress, "composition"):
+            try:
+                senders = _senders(lm)
+            except InputError as exc:
+                skipped["compose"] = str(exc)
+    importance = None
+    if request.no_importance:
+        skipped["importance"] = "--no-importance"
+    else:
+        with stage(progress, "pruning importance"):
+            try:
+                importance = _importance(lm)
+            except HeadlabError as exc:
+                skipped["importance"] = str(exc)
+    with stage(progress, "OV circuits"):
+        written = written_tokens(lm, request.top)
+        copying = copying_scores(lm) if written is not None else None
+    if written is None:
+        skipped["writes"] = "no unembedding: neither a language-model head nor tied embeddings"
+    context = min(DEFAULT_CONTEXT, lm.layout.max_positions or DEFAULT_CONTEXT)
+    flops, kv = cost_shares(lm, context)
+    ranks = None
+    if importance is not None:
+        order = importance.nan_to_num(float("-inf")).flatten().argsort(descending=True)
+        ranks = torch.empty_like(order)
+        ranks[order] = torch.arange(1, order.numel() + 1)
+        ranks = ranks.view(importance.shape)
+    role_heads = {(h["layer"], h["head"]): h for h in roles["heads"]} if roles else {}
+    folds = int(roles.get("folds") or 0) if roles else 0
+    cards = []
+    for layer, count in enumerate(lm.layout.heads_per_layer):
+        for head in range(count):
+            card = {
+                "id": f"{layer}.{head}",
+                "layer": layer,
+                "head": head,
+                "looks": role_heads.get((layer, head)),
+                "reads": None if senders is None else senders[(layer, head)],
+                "writes": {
+                    "unembedding": None if written is None else written.unembedding,
+                    "promoted": None
+                    if written is None
+                    else _tokens(
+                        lm, written.promoted[layer, head], written.promoted_logits[layer, head]
+                    ),
+                    "suppressed": None
+                    if written is None
+                    else _tokens(
+                        lm, written.suppressed[layer, head], written.suppressed_logits[layer, head]
+                    ),
+                    "copying": _value(copying, layer, head),
+                    "dla": {t: _value(v, layer, head) for t, v in dla.items()},
+                },
+                "does": {"patching": {t: _value(v, layer, head) for t, v in patching.items()}},
+                "costs": {
+                    "flops_share": flops[layer],
+                    "kv_share": kv[layer] if lm.causal else None,  # an encoder keeps none
+                    "importance": _value(importance, layer, head),
+                    "importance_rank": None if ranks is None else int(ranks[layer, head]),
+                },
+            }
+            cards.append(card)
+    largest = {t: float(v.nan_to_num(0.0).abs().max()) for t, v in dla.items()}
+    by_id = {c["id"]: c for c in cards}
+    for card in cards:
+        card["verdict"] = verdict(
+            card, by_id, folds=folds, largest_dla=largest, position=request.position
+        )
+    commands = _commands(request, context, roles_from, skipped)
+    if not lm.causal:
+        commands.pop("costs.kv_share")
+    return Cards(
+        model=lm.name,
+        heads_in_layer=tuple(lm.layout.heads_per_layer),
+        causal=lm.causal,
+        settings={
+            "tasks": list(request.tasks),
+            "n": request.n,
+            "seed": request.seed,
+            "position": request.position,
+            "top": request.top,
+            "context": context,
+        },
+        commands=commands,
+        skipped=skipped,
+        cards=cards,
+        roles_from=roles_from,
+        roles_measured=roles if measured else None,
+    )

@@ -25,6 +25,7 @@ from headlab.cli import (
     compose,
     experiment,
     heads,
+    kv,
     patch,
     prune,
     report,
@@ -37,7 +38,20 @@ from headlab.errors import HeadlabError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
-COMMANDS = (report, heads, roles, patch, compose, circuit, prune, spec, train, experiment, serve)
+COMMANDS = (
+    report,
+    heads,
+    roles,
+    patch,
+    compose,
+    circuit,
+    prune,
+    kv,
+    spec,
+    train,
+    experiment,
+    serve,
+)
 
 
 class _Parser(argparse.ArgumentParser):

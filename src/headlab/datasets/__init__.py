@@ -1,4 +1,5 @@
-"""Gold data readers (UD treebanks, GAP, STS-B) and the small samples shipped with headlab.
+"""Gold data readers (UD treebanks, GAP, STS-B), passkey prompts (``passkey``), and the small
+samples shipped with headlab.
 
 The samples behind the default commands live in ``headlab/datasets/samples`` with their licenses
 (see ``samples/ATTRIBUTION.md``); full data sets are read from wherever the user keeps them.

@@ -10,6 +10,8 @@
 - :mod:`~headlab.experiments.cards` (and ``card_verdict``): one card per head joining its
   roles, composition, OV circuit, patching, DLA, cost and importance, with a verdict
   (``headlab cards``).
+- :mod:`~headlab.experiments.kv` (and ``kv_scores``, ``kv_measure``): which KV heads need the
+  whole context, and the smaller cache the others allow (``headlab kv``).
 """
 
 from typing import TYPE_CHECKING
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from headlab.experiments.cost import CostResult as CostResult
     from headlab.experiments.cost import loop_over_heads as loop_over_heads
     from headlab.experiments.cost import run_cost as run_cost
+    from headlab.experiments.kv import KVRequest as KVRequest
+    from headlab.experiments.kv import KVResult as KVResult
     from headlab.experiments.one_vs_many import GridConfig as GridConfig
 
 __getattr__, __dir__, __all__ = attach(__name__, __file__)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from headlab.models.analysis import word_attention as word_attention
     from headlab.models.capture import HeadCapture as HeadCapture
     from headlab.models.capture import attention_pattern as attention_pattern
+    from headlab.models.kv_mixed import MixedKVCache as MixedKVCache
     from headlab.models.loading import LoadedModel as LoadedModel
     from headlab.models.loading import load as load
     from headlab.models.loading import wrap as wrap

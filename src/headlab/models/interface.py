@@ -193,3 +193,11 @@ def observe(
                 del _OBSERVERS[id(module)]
 
     return remove
+
+
+def base_attention(module: nn.Module, *, eager: bool) -> Callable[..., Any]:
+    """The attention function headlab's own calls on to for ``module``: transformers' sdpa,
+    or the module's eager function where the model runs eagerly only."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return _eager_of(module) if eager else sdpa_attention_forward

@@ -27,10 +27,10 @@ import torch
 from headlab.datasets import read_stsb
 from headlab.models import load
 from headlab.progress import PlainProgress
+from headlab.pruning.figure import pruning_compare
 from headlab.pruning.methods import compare_methods, removed_within
 from headlab.pruning.metrics import FidelityMetric, StsbMetric
 from headlab.pruning.workflow import PruneOptions
-from headlab.report.figures import pruning_compare
 
 ROOT = Path(__file__).resolve().parents[1]
 STSB = ROOT.parent / "shared" / "data" / "stsb"

@@ -89,14 +89,19 @@ def test_patch_is_the_patch_request(folder: Path, tmp_path: Path) -> None:
 
 def test_circuit_is_the_circuit_request(folder: Path, tmp_path: Path) -> None:
     from headlab.experiments.circuit_request import CircuitRequest
+    from headlab.page.circuit import circuit_html
 
     prompts = str(_jsonl(tmp_path / "p.jsonl", PROMPTS))
     page = tmp_path / "circuit.html"
     options = {"prompts": prompts, "eval_prompts": prompts, "method": "eap", "sizes": (1, 5)}
     front = headlab.circuit(folder, html=str(page), **options)
-    deep = CircuitRequest(model=str(folder), **options).run(load(folder, with_lm_head=True))
+    files = {"html": str(tmp_path / "deep.html"), "figure": str(tmp_path / "deep.png")}
+    request = CircuitRequest(model=str(folder), **options, **files)
+    deep = request.run(load(folder, with_lm_head=True))  # the run writes its page and figure
     assert _untimed(front.to_json()) == _untimed(deep.to_json())
     assert page.read_text(encoding="utf-8").lower().startswith("<!doctype html>")
+    assert Path(files["html"]).read_text(encoding="utf-8") == circuit_html(deep.to_json())
+    assert Path(files["figure"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_cards_is_the_cards_request(
@@ -126,6 +131,19 @@ def test_prune_is_the_prune_request(folder: Path, tmp_path: Path) -> None:
     written = headlab.prune(folder, fraction=0.5, step=0.5, uniform=True, out=str(out))
     assert written.to_json()["heads_after"] < written.to_json()["heads_before"]
     assert (out / "config.json").is_file()
+
+
+def test_prune_compare_writes_the_figure_of_its_json(folder: Path, tmp_path: Path) -> None:
+    """The methods compared, their figure written by the library (the command only prints):
+    the same PNG as the figure drawn from the JSON returned."""
+    from headlab.pruning.figure import pruning_compare
+
+    figure = tmp_path / "compare.png"
+    options = {"compare": True, "step": 0.5, "limit": 8, "l0_steps": 2}
+    compared = headlab.prune(folder, figure=str(figure), **options)
+    assert compared.to_json()["schema"] == "headlab.prune-compare/1"
+    drawn = pruning_compare(compared.to_json(), tmp_path / "drawn.png")
+    assert figure.read_bytes() == drawn.read_bytes()
 
 
 def test_spec_is_headlab_spec_json() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from headlab.causal.request import ComposeRequest, PatchRequest
 from headlab.errors import InputError
 from headlab.experiments.circuit_request import CircuitRequest
 from headlab.explore.request import HeadsRequest
@@ -27,6 +28,8 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         ReportRequest(out=str(tmp_path / "report"), limit=5, no_gap=True),
         HeadsRequest(text="The cat sat.", top=2),
         HeadsRequest(trace=True),
+        PatchRequest(model="tiny-shakespeare"),
+        ComposeRequest(model="tiny-shakespeare", receivers="1.0"),
     ]
     for request in requests:
         assert isinstance(request, Request), type(request).__name__
@@ -45,6 +48,8 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         (lambda: ReportRequest(limit=0), "--limit"),
         (lambda: ReportRequest(text="held-out.txt"), "add --prune"),
         (lambda: HeadsRequest(patch=(1, 2)), "--patch"),
+        (lambda: PatchRequest(path="1.0"), "--path names a sender"),
+        (lambda: ComposeRequest(figure="x.png"), "--receivers"),
         (lambda: HeadsRequest(image="no-such.png"), "does not exist"),
         (lambda: HeadsRequest(audio="no-such.wav", text="A cat."), "no sound file"),
         (lambda: HeadsRequest(trace=True, conllu="no-such.conllu"), "no-such.conllu"),

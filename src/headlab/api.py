@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from headlab.errors import InputError
 from headlab.layout.sheet import SpecOptions, spec_json
 from headlab.models.names import named_config, resolve
-from headlab.page.circuit import circuit_html
 from headlab.progress import NO_PROGRESS, Progress
 
 if TYPE_CHECKING:
@@ -123,9 +122,7 @@ def circuit(model: Model = None, *, progress: Progress = NO_PROGRESS, **options:
 
     named = _name(model)
     request = CircuitRequest(**options) if named is None else CircuitRequest(model=named, **options)
-    run = request.run(_loaded(model, request.model, with_lm_head=True), progress)
-    run.write(request, circuit_html(run.to_json()) if request.html else None)
-    return run
+    return request.run(_loaded(model, request.model, with_lm_head=True), progress)
 
 
 def cards(model: Model = None, *, progress: Progress = NO_PROGRESS, **options: Any) -> Cards:
@@ -156,7 +153,11 @@ _PATHS = ("out", "stsb", "importance_stsb", "text")
 
 
 def prune(
-    model: Model = None, *, progress: Progress = NO_PROGRESS, **options: Any
+    model: Model = None,
+    *,
+    progress: Progress = NO_PROGRESS,
+    figure: str | None = None,
+    **options: Any,
 ) -> PruneResult | MethodsCompared:
     """The pruning curve of ``model``, and with ``fraction`` and ``out`` the smaller model
     written there, as ``headlab prune`` makes them
@@ -171,6 +172,7 @@ def prune(
             ``out``, ``metric``, ``importance``, ``step``, ``max_loss``, ``uniform``,
             ``compare`` (the methods compared: :class:`MethodsCompared`)...; without
             ``fraction`` (and without ``importance="l0"`` with ``out``) the curve only.
+        figure: with ``compare``, the PNG of the methods compared is written here.
     """
     from headlab.pruning.results import PruneOptions
     from headlab.pruning.workflow import PruneRequest
@@ -181,7 +183,7 @@ def prune(
     pruning = PruneOptions(**given)
     gates_decide = pruning.importance == "l0" and pruning.out is not None
     curve = pruning.fraction is None and not gates_decide
-    request = PruneRequest(options=pruning, model=_name(model), curve=curve)
+    request = PruneRequest(options=pruning, model=_name(model), curve=curve, figure=figure)
     lm = request.ready(lambda head: _loaded(model, request.model, with_lm_head=head))
     return request.run(lm, progress)
 

@@ -252,8 +252,8 @@ def test_the_cli_defaults_are_the_library_defaults() -> None:
 
 
 def test_the_compare_figure_can_put_kv_bytes_on_the_x_axis(tmp_path: Path) -> None:
+    from headlab.pruning.figure import pruning_compare
     from headlab.pruning.workflow import read_pruning_json
-    from headlab.report.figures import pruning_compare
 
     def method(name: str) -> dict:
         curve = [

@@ -1,7 +1,8 @@
 """What ``patch``, ``compose`` and ``circuit`` share on the command line: the model they load,
-where the prompts come from, where the results go, and the library request built from the
-flags (:mod:`headlab.causal.request`, :mod:`headlab.experiments.circuit_request`), whose checks
-run before any model loads.
+where the prompts come from, where the results go; and :func:`request`, the library request
+built from the flags (:mod:`headlab.causal.request`, :mod:`headlab.experiments.circuit_request`;
+``roles``, ``heads`` and ``report`` build theirs with it too), whose checks run before any model
+loads.
 
 Nothing here imports torch (``headlab --help`` stays fast).
 """

@@ -18,7 +18,6 @@ from headlab.cli._causal import (
 from headlab.cli._model import load_model
 from headlab.cli._output import note, output
 from headlab.cli._progress import progress_for
-from headlab.page.circuit import circuit_html
 
 
 def add_parser(sub: Any) -> None:
@@ -111,9 +110,8 @@ def run(args: argparse.Namespace) -> int:
     circuit = request(CircuitRequest, args)  # every check before the model loads
     lm = load_model(args, with_lm_head=True)
     with progress_for(args, "headlab circuit") as progress:
-        found = circuit.run(lm, progress, notify=_note)
+        found = circuit.run(lm, progress, notify=_note)  # --html and --figure written
     data = found.to_json()
-    found.write(circuit, circuit_html(data) if args.html else None)  # the page built first
     for path in (args.html, args.figure):
         if path:
             print(f"wrote {path}", file=sys.stderr)

@@ -164,15 +164,11 @@ def _run(args: argparse.Namespace) -> int:
     lm = prune.ready(lambda head: load_model(args, with_lm_head=head))
     writer = distributed.writes()
     with progress_for(args, "headlab prune", draws=writer) as progress:
-        result = prune.run(lm, progress)
-    if not isinstance(result, PruneResult):  # the importance methods compared
-        if args.figure is not None:
-            from headlab.report.figures import pruning_compare
-
-            pruning_compare(result.to_json(), Path(args.figure))
-        return _print(args, result.to_json(), compared=True)
+        result = prune.run(lm, progress)  # the model folder or the --compare figure written
     if not writer:
         return 0
+    if not isinstance(result, PruneResult):  # the importance methods compared
+        return _print(args, result.to_json(), compared=True)
     for line in result.notes:
         note("headlab prune", line, kind="")
     return _print(args, result.to_json())

@@ -3,8 +3,8 @@ the discovery and held-out prompts drawn, the roles run read as evidence, and th
 (:func:`headlab.experiments.circuit.find_circuit`).
 
 ``headlab circuit`` builds a :class:`CircuitRequest` (its checks run then), loads the model,
-calls :meth:`CircuitRequest.run`, writes the page and figure asked for
-(:meth:`CircuitRun.write`), and prints the JSON or
+calls :meth:`CircuitRequest.run` (which writes the page and figure asked for:
+:meth:`CircuitRun.write`), and prints the JSON or
 :func:`~headlab.experiments.circuit.circuit_text`.
 """
 
@@ -28,6 +28,7 @@ from headlab.experiments.head_classes import roles_by_head
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
 from headlab.outputs import write_text_atomic
+from headlab.page.circuit import circuit_html
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.roles.results import read_roles_json
 
@@ -130,8 +131,11 @@ class CircuitRequest:
         *,
         notify: Callable[[str], None] = lambda note: None,
     ) -> CircuitRun:
-        """The circuit this request asks for in ``lm`` (:func:`run_circuit`)."""
-        return run_circuit(lm, self, progress=progress, notify=notify)
+        """The circuit this request asks for in ``lm`` (:func:`run_circuit`), its ``figure``
+        and ``html`` page written (:meth:`CircuitRun.write`)."""
+        found = run_circuit(lm, self, progress=progress, notify=notify)
+        found.write(self)
+        return found
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,12 +150,14 @@ class CircuitRun:
         """``headlab circuit --json``: :meth:`CircuitResult.to_json` and ``roles_from``."""
         return {**self.result.to_json(), "roles_from": self.roles_from}
 
-    def write(self, request: CircuitRequest, page: str | None = None) -> None:
+    def write(self, request: CircuitRequest) -> None:
         """Write the files ``request`` asks for, each atomically: the circuit's PNG graph at
-        ``request.figure`` and ``page`` at ``request.html`` (the page's text, built a floor
-        above by :func:`headlab.page.circuit.circuit_html` before anything is written)."""
+        ``request.figure`` and its page (:func:`headlab.page.circuit.circuit_html`, built
+        before anything is written) at ``request.html``."""
+        data = self.to_json()
+        page = circuit_html(data) if request.html else None
         if request.figure:
-            write_circuit(self.to_json(), request.figure)
+            write_circuit(data, request.figure)
         if request.html and page is not None:
             write_text_atomic(request.html, page)
 

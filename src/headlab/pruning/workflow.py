@@ -21,6 +21,7 @@ from headlab.models.loading import LoadedModel
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.pruning import methods
 from headlab.pruning.cost import count_parameters, folder_bytes, forward_flops, forward_ms
+from headlab.pruning.figure import pruning_compare
 from headlab.pruning.inputs import build_metrics, counts_after, perplexity_halves
 from headlab.pruning.methods import recover_model
 from headlab.pruning.metrics import Metric
@@ -278,7 +279,8 @@ class PruneRequest:
         model: the model's name or folder (``None``: the default), read to choose whether it
             loads with its language-model head (:meth:`ready`).
         curve: measure the curve only (no ``fraction``, no model written).
-        figure: with ``options.compare``, the PNG the command draws.
+        figure: with ``options.compare``, where :meth:`run` writes the figure
+            (:func:`~headlab.pruning.figure.pruning_compare`).
     """
 
     options: PruneOptions
@@ -308,10 +310,13 @@ class PruneRequest:
         self, lm: LoadedModel, progress: Progress = NO_PROGRESS
     ) -> PruneResult | MethodsCompared:
         """The curve (and with ``fraction`` the smaller model, written), or with
-        ``options.compare`` the importance methods compared. ``lm`` is pruned in place when a
-        model is written."""
-        if self.options.compare:
-            return MethodsCompared(
-                data=methods.compare_methods(lm, self.options, progress=progress)
-            )
-        return run_pruning(lm, self.options, progress=progress)
+        ``options.compare`` the importance methods compared (their ``figure`` written). ``lm``
+        is pruned in place when a model is written. Under torchrun, rank 0 alone writes."""
+        if not self.options.compare:
+            return run_pruning(lm, self.options, progress=progress)
+        compared = MethodsCompared(
+            data=methods.compare_methods(lm, self.options, progress=progress)
+        )
+        if self.figure is not None and distributed.writes():
+            pruning_compare(compared.to_json(), self.figure)
+        return compared

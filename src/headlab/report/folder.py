@@ -21,6 +21,7 @@ from headlab.models.names import DEFAULT_MODEL_NAME
 from headlab.outputs import atomic_folder, check_output
 from headlab.page.html import render
 from headlab.progress import Progress, stage
+from headlab.pruning.figure import pruning_compare
 from headlab.report import figures
 from headlab.report.causal import circuit_heads, left_out_text, patched_heads
 from headlab.report.data import gather
@@ -108,7 +109,7 @@ def write_report(
         if pruning:
             made.append(
                 (
-                    figures.pruning_compare(pruning, fig_dir / "pruning_compare.png")
+                    pruning_compare(pruning, fig_dir / "pruning_compare.png")
                     if "methods" in pruning
                     else figures.pruning_curve(pruning, fig_dir / "pruning_curve.png"),
                     "Importance methods compared (with recovery)"

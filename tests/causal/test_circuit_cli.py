@@ -335,6 +335,8 @@ def test_a_target_no_circuit_reaches_is_said(run, tmp_path: Path, capsys) -> Non
     parts = circuit_text(data, top=3)
     printed = " ".join(p for p in parts if isinstance(p, str))
     assert f"the circuit kept: {data['circuit']['edges']} of {data['edges_total']} edges" in printed
+    out = data["left_out"]  # a two-edge circuit leaves out most heads: those said are printed
+    assert out and all(f"{h['layer']}.{h['head']} {h['effect']:+.2f}" in printed for h in out)
     edges = next(p for p in parts if not isinstance(p, str) and p.columns[0] == "sender")
     assert [r[0] for r in edges.rows] == [e["sender"] for e in data["edges"][:3]]
     data, err = _circuit([*argv, "--target", "0.8"], capsys)  # the full graph is in the curve

@@ -181,7 +181,7 @@ def test_library_entry_takes_a_transformers_model_and_dicts(folder: Path) -> Non
     assert len(top) == 3 and abs(top[0][2]) >= abs(top[1][2]) >= abs(top[2][2])
     assert top[0][2] == pytest.approx(float(result.effects[top[0][0], top[0][1]]))
     page = result._repr_html_()
-    assert page.count("<tr>") == lm.n_layers and page.count("<td") == 8
+    assert page.count("<tr>") == lm.n_layers + 1 and page.count("<td") == 8  # + the head axis
     with pytest.raises(Exception, match="k must be a whole number"):
         result.top(0)
 

@@ -17,7 +17,7 @@ from tests.causal.test_patch_cli import PROMPTS, _jsonl
 from tests.models.tiny import build
 
 from headlab.cli import main
-from headlab.report.causal import TOP_PATCHED, circuit_heads, patched_heads
+from headlab.report.causal import TOP_PATCHED, circuit_heads, left_out_text, patched_heads
 
 
 def _json_of(argv: list[str]) -> dict[str, Any]:
@@ -87,6 +87,15 @@ def test_the_views_rank_heads_and_name_what_the_circuit_leaves_out() -> None:
     out = circuit_heads(circuit, patch)["left_out"]
     assert [(r["layer"], r["head"], r["rank"]) for r in out] == [(0, 1, 1), (1, 1, 3), (1, 0, 4)]
     assert circuit_heads(circuit, None)["left_out"] == []
+    # without a patching result, the circuit's own heads left out (effects from its edges)
+    own = {**circuit, "left_out": [{"layer": 1, "head": 1, "effect": 0.2, "rank": 2, "of": 4}]}
+    view = circuit_heads(own, None)
+    assert view["left_out_by"] == "edges"
+    assert view["left_out"] == [{"layer": 1, "head": 1, "effect": 0.2, "rank": 2}]
+    assert "1.1 +0.20 (2nd)" in left_out_text(view) and "estimated from their edges" in (
+        left_out_text(view)
+    )
+    assert circuit_heads(own, patch)["left_out_by"] == "patching"
     assert TOP_PATCHED >= 4
 
 
@@ -126,7 +135,8 @@ def test_patching_and_the_circuit_have_sections_linked_from_the_grid(
         assert notes.count() == 2
         assert notes.nth(0).get_attribute("href") == "#patch-section"
         assert f"{ranked[0]['effect']:+.2f}" in notes.nth(0).text_content()
-        assert "Not in the circuit" in notes.nth(1).text_content()
+        said = notes.nth(1).text_content()
+        assert "Not in the circuit" in said and f"gives it {ranked[0]['effect']:+.2f} (1st" in said
         notes.nth(1).click()
         assert page.evaluate("location.hash") == "#circuit-section"
         left = page.locator("#left-out").text_content()

@@ -67,3 +67,92 @@ def test_repr_html_renders_offline_in_chromium(heads, browser) -> None:
         assert page.errors == []
         assert [u for u in page.requests if u != "about:blank"] == []
         page.close()
+
+
+def _cached_gguf(tmp_path, gguf_file: str):
+    """A tiny Llama laid out as headlab's cache keeps a GGUF file's conversion: a hashed
+    folder name, the file it came from recorded in ``headlab-gguf.json``."""
+    from tests.models.tiny import build
+
+    from headlab.models import gguf
+
+    name = "SmolLM2-135M-Instruct.Q4_1-e1e82386d728"
+    folder = build("llama", tmp_path / "gguf" / name, lm_head=True, seed=5)
+    record = {"gguf_file": gguf_file, "architecture": "llama", "conversion": 1}
+    (folder / gguf.SOURCE).write_text(json.dumps(record))
+    return folder
+
+
+def test_a_models_name_is_never_its_cache_folder(tmp_path) -> None:
+    """#59: a GGUF file's conversion in the cache is named by that file (a bundled model's by
+    its name), a Hugging Face cache snapshot by its model name, another folder by itself."""
+    from tests.models.tiny import build
+
+    from headlab.models.folder import locate
+
+    bundled = _cached_gguf(tmp_path / "a", "/site-packages/x/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert locate(bundled)[1] == "SmolLM2-135M"
+    other = _cached_gguf(tmp_path / "b", "/models/my-model.Q8_0.gguf")
+    assert locate(other)[1] == "my-model.Q8_0"
+    snapshot = build("llama", tmp_path / "hub" / "models--org--tiny-llama" / "snapshots" / "3f2a")
+    assert locate(snapshot)[1] == "org/tiny-llama"
+    plain = build("llama", tmp_path / "my-llama")
+    assert locate(plain)[1] == "my-llama"
+
+
+@pytest.mark.slow
+def test_the_notebook_view_names_the_model_with_a_head_axis_and_a_key(tmp_path, browser) -> None:
+    """#59: the view of a model loaded from its cache folder is titled by the model's name, not
+    the folder's; the grid has an axis over its heads and a key to its shades; a patching
+    result's notebook view has the heads' axis, a legend of its fixed scale and the PNG's
+    title."""
+    from tests.causal.test_patch_cli import PROMPTS
+
+    from headlab.causal.patching import patch_heads
+    from headlab.models.loading import load
+
+    folder = _cached_gguf(tmp_path, "/site-packages/x/SmolLM2-135M-Instruct.Q4_1.gguf")
+    shown = headlab.capture(str(folder), "When Mary and John went to the store")
+    assert shown.model == "SmolLM2-135M"
+    lm = load(folder, with_lm_head=True)
+    patching = patch_heads(lm.model, lm.tokenizer, PROMPTS)
+    page = watch(browser.new_page(viewport={"width": 900, "height": 900}))
+    try:
+        page.set_content(
+            "<html><body>" + shown._repr_html_() + patching._repr_html_() + "</body></html>"
+        )
+        page.wait_for_selector(".hl-notebook[data-ready='1']")
+        title = page.locator(".hl-notebook p.hl-heads b").text_content()
+        assert title.startswith("SmolLM2-135M: ") and "e1e82386d728" not in title
+        grid = page.locator(".hl-notebook .hl-grid")
+        assert grid.locator("caption.hl-axis").text_content() == "head \u2192"
+        assert grid.locator("tr").first.locator("th").all_text_contents() == [
+            "layer \\ head",
+            "0",
+            "1",
+            "2",
+            "3",
+        ]
+        key = grid.locator(".hl-grid-key")
+        assert "shade: the weight" in key.text_content() and key.locator("i").count() == 5
+        grid.screenshot(path=str(tmp_path / "grid.png"))
+        # the patching result's view
+        view = page.locator(".hl-patching")
+        assert view.locator("tr").count() == 3  # the heads' axis and two layers
+        assert view.locator("tr").first.locator("th").all_text_contents() == [
+            "layer \\ head",
+            "0",
+            "1",
+            "2",
+            "3",
+        ]
+        text = view.text_content()
+        assert "activation patching of head outputs at every position" in text
+        assert "SmolLM2-135M, " in text and "e1e82386d728" not in text  # named, not its folder
+        bound = max(1.0, float(patching.effects.abs().max()))  # the fixed scale, wider past 1
+        assert f"effect (share of the logit difference removed): {-bound:+.1f}" in text
+        assert view.locator(".hl-legend i").count() == 5
+        view.screenshot(path=str(tmp_path / "patching.png"))
+        assert page.errors == []
+    finally:
+        page.close()

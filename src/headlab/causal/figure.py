@@ -60,18 +60,28 @@ def write_heatmap(result: Any, path: str | Path, *, label: int = 5) -> Path:
     ax.set_ylabel("layer")
     ax.set_xticks(range(n_heads))
     ax.set_yticks(range(n_layers), [str(x) for x in range(n_layers)], fontsize=6)
+    ax.set_title("\n".join(heatmap_title(result)), fontsize=8)
+    fig.colorbar(image, ax=ax, label=EFFECT_LABEL)
+    return _save(fig, path)
+
+
+#: what the heatmap's colour means, on its colour bar and its notebook legend
+EFFECT_LABEL = "effect (share of the logit difference removed)"
+
+
+def heatmap_title(result: Any) -> tuple[str, str]:
+    """The heatmap's title, in the PNG and the notebook alike: what was patched, where and
+    from what; then the model, the task, the logit differences and the prompts."""
     parts = {"z": "head outputs", "q": "queries", "k": "keys", "v": "values"}
     what = parts.get(result.component, result.component)
     where = "every position" if result.position is None else f"position {result.position}"
     source = {"corrupt": "the corrupted run", "mean": "the mean", "resample": "another prompt"}
-    ax.set_title(
+    return (
         f"{result.method} patching of {what} at {where}, from "
-        f"{source.get(result.source, result.source)}\n{result.model}, {result.task}: LD clean "
-        f"{result.clean:.2f}, corrupt {result.corrupt:.2f} ({result.n_prompts} prompts)",
-        fontsize=8,
+        f"{source.get(result.source, result.source)}",
+        f"{result.model}, {result.task}: LD clean {result.clean:.2f}, corrupt "
+        f"{result.corrupt:.2f} ({result.n_prompts} prompts)",
     )
-    fig.colorbar(image, ax=ax, label="effect (share of the logit difference removed)")
-    return _save(fig, path)
 
 
 def composition_grid(

@@ -56,6 +56,7 @@ from headlab.causal.result import LAYER_PARTS, LayerTable, PatchingResult  # noq
 from headlab.causal.table import correlations, pearson, spearman  # noqa: F401
 from headlab.causal.tasks import Prompt, Task, encode_task, parse_prompt, read_prompts
 from headlab.errors import InputError
+from headlab.models.folder import display_name
 from headlab.models.loading import LoadedModel, wrap
 from headlab.models.loading import LoadedModel as Loaded
 from headlab.progress import Progress
@@ -188,8 +189,10 @@ def patch_heads(
 def _wrap(model: Any, tokenizer: Any) -> LoadedModel:
     if tokenizer is None:
         raise InputError("patch_heads needs the model's tokenizer with a transformers model")
-    name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
-    return wrap(model, tokenizer, name=str(name))
+    # the folder it was loaded from by its model's name, never a cache's hashed folder (#59)
+    name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    shown = display_name(Path(name)) if name and Path(name).is_dir() else name
+    return wrap(model, tokenizer, name=shown or type(model).__name__)
 
 
 def as_task(lm: LoadedModel, prompts: Any, *, n: int = 24, seed: int = 0) -> Task:

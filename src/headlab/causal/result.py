@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from headlab.causal import table
+from headlab.causal.figure import EFFECT_LABEL, heatmap_bound, heatmap_title
 from headlab.causal.metric import (
     parse_position,
 )
@@ -139,33 +140,53 @@ class PatchingResult:
         return "\n".join(lines) + "\n"
 
     def _repr_html_(self) -> str:
-        """A layers x heads heatmap for notebooks: red carries the behaviour, blue works
-        against it, each cell's effect in its tooltip."""
-
-        scale = max((abs(v) for _, _, v in table.cells(self.effects)), default=1.0) or 1.0
-        rows = []
+        """A layers x heads heatmap for notebooks, as the PNG draws it
+        (:func:`~headlab.causal.figure.write_heatmap`): its title, the heads across and the
+        layers down, each named, red where a head carries the behaviour and blue where it
+        works against it on the fixed scale of the share of the logit difference, with its
+        legend; each cell's effect in its tooltip."""
+        bound = heatmap_bound(self.effects.double().numpy())
+        unit = "KV head" if self.unit == "kv_head" else "head"
+        cell = "width:20px;height:14px;padding:0;border:1px solid #fff"
+        axis = "font-weight:normal;font-size:11px;color:#555;padding:0 4px"
+        heads = "".join(f"<th style='{axis}'>{h}</th>" for h in range(self.effects.shape[1]))
+        rows = [f"<tr><th style='{axis}'>layer \\ {unit}</th>{heads}</tr>"]
         for layer, row in enumerate(self.effects.tolist()):
             cells = []
             for head, v in enumerate(row):
                 if v != v:
-                    cells.append("<td></td>")
+                    cells.append(f"<td style='{cell}'></td>")
                     continue
-                a = min(1.0, abs(v) / scale)
-                color = f"rgba(200,30,30,{a:.2f})" if v > 0 else f"rgba(30,80,200,{a:.2f})"
                 title = html.escape(f"{layer}.{head}: {v:+.3f}")
                 cells.append(
-                    f'<td title="{title}" style="background:{color};width:18px;height:14px"></td>'
+                    f'<td title="{title}" style="{cell};background:{_effect_colour(v, bound)}">'
+                    "</td>"
                 )
-            rows.append(f"<tr><th style='font-weight:normal'>{layer}</th>{''.join(cells)}</tr>")
+            rows.append(f"<tr><th style='{axis}'>{layer}</th>{''.join(cells)}</tr>")
         top = ", ".join(f"{la}.{h} {v:+.2f}" for la, h, v in self.top(5))
-        caption = html.escape(
-            f"{self.method} patching of {self.model} on {self.task} ({self.n_prompts} prompts): "
-            f"logit difference {self.clean:.2f} clean, {self.corrupt:.2f} corrupt; top {top}"
+        title = "<br>".join(html.escape(line) for line in heatmap_title(self))
+        stops = [-bound, -bound / 2, 0.0, bound / 2, bound]
+        legend = "".join(
+            f"<i title='{v:+.2f}' style='display:inline-block;width:22px;height:12px;"
+            f"border:1px solid #ccc;background:{_effect_colour(v, bound)}'></i>"
+            for v in stops
         )
         return (
-            f"<table style='border-collapse:collapse'><caption>{caption}</caption>"
-            f"{''.join(rows)}</table>"
+            "<div class='hl-patching' style='font:13px/1.4 system-ui, sans-serif'>"
+            f"<p style='font-weight:bold;margin:0 0 4px'>{title}</p>"
+            f"<table style='border-collapse:collapse'>{''.join(rows)}</table>"
+            f"<p class='hl-legend' style='font-size:12px;color:#444;margin:4px 0'>"
+            f"{html.escape(EFFECT_LABEL)}: {-bound:+.1f} {legend} {bound:+.1f} (red carries "
+            "the behaviour, blue works against it)</p>"
+            f"<p style='font-size:12px;margin:0'>top: {html.escape(top)}</p></div>"
         )
+
+
+def _effect_colour(value: float, bound: float) -> str:
+    """A cell's colour in the notebook: red for a positive effect, blue for a negative one,
+    as opaque as its share of ``bound``."""
+    a = min(1.0, abs(value) / bound)
+    return f"rgba(200,30,30,{a:.2f})" if value > 0 else f"rgba(30,80,200,{a:.2f})"
 
 
 def _top_json(rows: list[tuple[int, int, float]]) -> list[dict[str, Any]]:

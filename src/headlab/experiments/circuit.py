@@ -316,7 +316,8 @@ def find_circuit(
 
 def circuit_text(data: dict[str, Any], top: int = 15) -> list[Part]:
     """What ``headlab circuit`` prints of its JSON (:meth:`CircuitResult.to_json`): the run,
-    the faithfulness curve, the circuit kept, its heads by class and its ``top`` edges."""
+    the faithfulness curve, the circuit kept, the heads it leaves out (:func:`left_out`), its
+    heads by class and its ``top`` edges."""
     c = data["circuit"]
     out: list[Part] = [
         f"{data['method']} edge scores of {data['model']} on {data['task']} ({data['n_prompts']} "
@@ -337,6 +338,14 @@ def circuit_text(data: dict[str, Any], top: int = 15) -> list[Part]:
         f"the circuit kept: {c['edges']} of {data['edges_total']} edges, "
         f"{c['faithfulness']:.1%} of the logit difference, {len(data['nodes'])} nodes"
     )
+    if data.get("left_out"):
+        named = ", ".join(
+            f"{h['layer']}.{h['head']} {h['effect']:+.2f} ({h['rank']} of {h['of']})"
+            for h in data["left_out"]
+        )
+        out.append(
+            f"not in the circuit (effect estimated from the edges, rank by |effect|): {named}"
+        )
     if data["classes"]:
         rows = [
             (name, ", ".join(f"{la}.{h}" for la, h in heads))

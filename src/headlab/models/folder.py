@@ -4,6 +4,7 @@ both silently: headlab refuses either in one line)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from headlab.models.names import (
     BUNDLED,
     BUNDLED_NAMES,
     DEFAULT_MODEL_NAME,
+    GGUF_MODELS,
     bundled_model_path,
     default_model_path,
     resolve,
@@ -108,6 +110,26 @@ def check_loading_info(folder: Path, model: Any, info: dict[str, Any]) -> None:
         )
 
 
+def display_name(folder: Path) -> str:
+    """A model folder's name for people: a GGUF file's conversion in headlab's cache by that
+    file (a bundled model's by its name: ``SmolLM2-135M``), a snapshot in the Hugging Face
+    cache (``models--ORG--NAME/snapshots/HASH``) by its model name (``ORG/NAME``), any other
+    folder by its own name; never the cache's hashed folder."""
+    real = folder.resolve()
+    try:
+        record = json.loads((real / gguf.SOURCE).read_text(encoding="utf-8"))
+        source = Path(str(record["gguf_file"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        source = None
+    if source is not None:
+        bundled = [m.display for m in GGUF_MODELS.values() if m.file == source.name]
+        return bundled[0] if bundled else source.name.removesuffix(".gguf")
+    repo = real.parent.parent.name
+    if real.parent.name == "snapshots" and repo.startswith("models--"):
+        return repo.removeprefix("models--").replace("--", "/")
+    return real.name or str(folder)
+
+
 def locate(
     path: str | Path | None,
     *,
@@ -127,6 +149,8 @@ def locate(
         path = None
     folder = default_model_path() if path is None else Path(path)
     name = DEFAULT_MODEL_NAME if path is None else (folder.resolve().name or str(folder))
+    if path is not None and folder.is_dir():
+        name = display_name(folder)
     if path is not None and gguf.is_gguf_path(path):
         source = folder
         folder = gguf.folder_for(source, notify=notify)

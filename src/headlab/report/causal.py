@@ -66,7 +66,8 @@ def circuit_heads(circuit: dict[str, Any], patching: dict[str, Any] | None) -> d
     """The page's view of a circuit: its size and faithfulness, every head in it with its class
     and direct logit attribution where measured, and ``left_out``: the heads among the
     :data:`TOP_PATCHED` of a patching result of the same model (query heads' outputs) that the
-    circuit does not keep, with their effect and rank."""
+    circuit does not keep, with their effect and rank; without one, the circuit's own
+    ``left_out`` (effects estimated from the edges; ``left_out_by`` says which)."""
     heads = [
         {
             "layer": int(h["layer"]),
@@ -77,10 +78,16 @@ def circuit_heads(circuit: dict[str, Any], patching: dict[str, Any] | None) -> d
         for h in circuit.get("heads", [])
     ]
     kept = {(h["layer"], h["head"]) for h in heads}
-    left_out: list[dict[str, Any]] = []
     if patching is not None and "heads" in patching:
         _, rows = _rows(patching)
         left_out = [r for r in rows[:TOP_PATCHED] if (r["layer"], r["head"]) not in kept]
+        by = "patching"
+    else:  # the circuit's own: effects estimated from the edges (headlab circuit's left_out)
+        left_out = [
+            {k: h[k] for k in ("layer", "head", "effect", "rank")}
+            for h in circuit.get("left_out", [])
+        ]
+        by = "edges"
     c = circuit["circuit"]
     return {
         "task": circuit["task"],
@@ -89,6 +96,8 @@ def circuit_heads(circuit: dict[str, Any], patching: dict[str, Any] | None) -> d
         "faithfulness": c["faithfulness"],
         "heads": heads,
         "left_out": left_out,
+        # what ranks them: a patching result given with the circuit, else the circuit's edges
+        "left_out_by": by,
     }
 
 
@@ -101,6 +110,10 @@ def left_out_text(view: dict[str, Any]) -> str:
         f"{r['layer']}.{r['head']} {r['effect']:+.2f} ({_ordinal(r['rank'])})"
         for r in view["left_out"]
     )
+    if view.get("left_out_by") == "edges":
+        return (
+            f". Not in the circuit (effects estimated from their edges, rank by |effect|): {named}"
+        )
     return f". Not in the circuit though patching ranks them in its top {TOP_PATCHED}: {named}"
 
 

@@ -33,7 +33,8 @@ function causalNotes(layer, head) {
         (kept.dla === null || kept.dla === undefined ? "" : ", direct logit attribution " + signedEffect(kept.dla)) });
     } else if (out) {
       notes.push({ href: "#circuit-section", text: "Not in the circuit of " + c.task +
-        ", though patching ranks it " + ordinal(out.rank) + " (" + signedEffect(out.effect) + ")" });
+        (c.left_out_by === "edges" ? ": its effect estimated from its edges " : ", though patching gives it ") +
+        signedEffect(out.effect) + " (" + ordinal(out.rank) + " by |effect|)" });
     }
   }
   return notes;
@@ -152,7 +153,9 @@ function drawCircuit(c) {
   box.appendChild(list);
   if (c.left_out.length) {
     const out = el("p", { id: "left-out" });
-    out.appendChild(el("b", {}, "Not in the circuit, though patching ranks them high: "));
+    out.appendChild(el("b", {}, c.left_out_by === "edges"
+      ? "Not in the circuit (effects estimated from their edges, rank by |effect|): "
+      : "Not in the circuit, though patching ranks them high: "));
     c.left_out.forEach((r, i) => {
       if (i) out.appendChild(document.createTextNode("; "));
       out.appendChild(headLink(r.layer, r.head));

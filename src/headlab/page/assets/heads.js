@@ -65,15 +65,31 @@ function headsView(root, opts) {
     }
   }
 
+  // the grid's colour key: a cell's shade is the weight on the word it names (fillCell's)
+  function gridKey() {
+    const key = el("p", { class: "hl-grid-key", "aria-label": "colour key of the grid" });
+    key.appendChild(el("span", {}, "layers down, heads across; shade: the weight on the word a cell names, 0 "));
+    [0, 0.25, 0.5, 0.75, 1].forEach((w) => {
+      const swatch = el("i", { title: fmt(w, 2) });
+      swatch.style.background = "rgba(31,95,191," + (0.08 + 0.92 * w) + ")";
+      key.appendChild(swatch);
+    });
+    key.appendChild(el("span", {}, " 1"));
+    return key;
+  }
+
   function showGrid() {
     const roles = opts.roles ? opts.roles() : null;
-    grid.replaceChildren(headGrid(view.data.heads_in_layer, {
+    const table = headGrid(view.data.heads_in_layer, {
       cell: fillCell,
       roles: roles ? { of: roles.of, style: roles.style, fill: false } : null,
       selected: [view.layer, view.head],
       decorate: opts.decorate,
       onClick: (l, h, e) => (opts.onCell ? opts.onCell(l, h, e) : view.select(l, h)),
-    }));
+    });
+    const axis = el("caption", { class: "hl-axis" }, "head \u2192");  // the heads' axis, above their numbers
+    table.insertBefore(axis, table.firstChild);
+    grid.replaceChildren(table, gridKey());
     grid.setAttribute("data-word", view.word);
   }
 

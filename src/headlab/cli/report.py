@@ -113,7 +113,8 @@ def add_parser(sub: Any) -> None:
 
 #: the flags :class:`headlab.report.request.ReportRequest` holds as they are
 REQUEST = (
-    "model replicates out overwrite word prune text full roles_only pruning cost patch circuit"
+    "model replicates out overwrite word prune text full roles_only pruning cost patch circuit "
+    "ledger_md"
 )
 
 

@@ -21,7 +21,7 @@ from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.models.names import resolve
 from headlab.models.seq2seq import text_side
-from headlab.outputs import check_output, write_text_atomic
+from headlab.outputs import check_files, check_output, write_text_atomic
 from headlab.progress import Progress
 from headlab.report.build import (
     Built,
@@ -51,6 +51,7 @@ class ReportRequest:
         prune, text, full, roles_only: what to measure (:attr:`measure`); ``text`` is the
             held-out text of a causal model's pruning curve.
         pruning, experiment, cost, patch, circuit: results given as files.
+        ledger_md: where a Markdown copy of the ledger goes (:func:`write_ledger`).
     """
 
     model: str | None = None
@@ -68,6 +69,7 @@ class ReportRequest:
     cost: str | None = None
     patch: str | None = None
     circuit: str | None = None
+    ledger_md: str | None = None
 
     @property
     def folder(self) -> str:
@@ -117,7 +119,8 @@ def check_request(request: ReportRequest, gold: GoldInputs | None = None) -> Rep
 
     Raises:
         InputError: a file that is not its command's JSON, ``text`` without ``prune``, a word
-            in none of the sentences, a folder headlab may not replace.
+            in none of the sentences, a ``ledger_md`` that cannot be written.
+        OutputExistsError, OutputError: a folder headlab may not replace, or cannot write.
     """
     inputs = read_inputs(
         pruning=request.pruning,
@@ -131,6 +134,7 @@ def check_request(request: ReportRequest, gold: GoldInputs | None = None) -> Rep
     if request.model is None:  # the default encoder: check the word before any work
         request.viewer(causal=False, gold=gold)
     check_output(request.folder, overwrite=request.overwrite, kind=KIND, replace_kind=True)
+    check_files([("--ledger-md", request.ledger_md, None)])
     return inputs
 
 

@@ -130,10 +130,13 @@ def check_writable(path: str | Path) -> None:
     _probe(Path(path))
 
 
-def check_files(outputs: Iterable[tuple[str, str | Path | None, str | None]]) -> None:
+def check_files(
+    outputs: Iterable[tuple[str, str | Path | None, str | None]], *, make_folders: bool = False
+) -> None:
     """Check each output file ``(flag, path, suffix)`` given, before any work: its suffix
-    (``None``: any), not a folder, in a folder that exists and can be written
-    (:func:`check_writable`). The one check of every command's output files.
+    (``None``: any), not a folder, in a folder that exists (``make_folders``: or can be made
+    where the nearest existing one is) and can be written (:func:`check_writable`). The one
+    check of every command's output files.
 
     Raises:
         InputError: one line naming the flag and the path.
@@ -147,7 +150,7 @@ def check_files(outputs: Iterable[tuple[str, str | Path | None, str | None]]) ->
         what = f"a {suffix} file" if suffix is not None else "a file"
         if where.is_dir():
             raise InputError(f"{flag} {value}: is a folder; expected {what}")
-        if not where.parent.is_dir():
+        if not make_folders and not where.parent.is_dir():
             raise InputError(f"{flag} {value}: folder {where.parent} does not exist")
         try:
             check_writable(where)

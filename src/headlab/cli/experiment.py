@@ -121,7 +121,8 @@ def _run_cost(args: argparse.Namespace) -> int:
 
     names = ("width", "heads", "lengths", "batch", "device", "rounds", "model", "quick")
     opts = cost_options(backward=not args.no_backward, **{n: getattr(args, n) for n in names})
-    check_files([("--figure", args.figure, ".png")])  # before minutes of measuring (#58)
+    # before minutes of measuring (#58); a missing folder is made, as it always was
+    check_files([("--figure", args.figure, ".png")], make_folders=True)
     with progress_for(args, "headlab experiment cost") as progress:
         result = run_cost(opts, progress=progress).to_json()
     if args.figure:

@@ -33,9 +33,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from headlab.attention.blocks import attention_weights
+from headlab.attention.memory import available_bytes
 from headlab.attention.module import MultiHeadAttention
 from headlab.errors import ConfigError, InputError
-from headlab.experiments.peak import MEMORY_METHOD, available_bytes, peak_bytes
+from headlab.experiments.peak import MEMORY_METHOD, peak_bytes
 from headlab.layout.attention import AttentionLayout
 from headlab.layout.costs import attention_flops, compute_spec
 from headlab.progress import Progress, stage

@@ -105,23 +105,3 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
         running += change
         peak = max(peak, running)
     return int(peak)
-
-
-def available_bytes(device: torch.device) -> int | None:
-    """The memory a run on ``device`` may still take: on CUDA the free bytes the driver reports
-    (``torch.cuda.mem_get_info``); on the CPU Linux's ``MemAvailable`` (free memory and the
-    caches the kernel would give back), else the free physical pages; ``None`` where the system
-    does not say."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo", encoding="ascii") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None

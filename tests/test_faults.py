@@ -411,3 +411,136 @@ def test_output_to_a_full_disk_is_one_line() -> None:
         )
     assert done.returncode == 1
     assert done.stderr == "headlab: error: cannot write the output: No space left on device\n"
+
+
+# --- #58 item 4: every writing command, a read-only folder and a full disk --------------------
+
+
+@pytest.fixture
+def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A folder nothing can be created in: ``chmod 0555``, and where that does not bind (root
+    passes permission checks) every file and folder headlab makes there refused with EROFS, as
+    on a read-only mount."""
+    import tempfile
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        (folder / ".probe").mkdir()
+        (folder / ".probe").rmdir()
+        binds = False
+    except PermissionError:
+        binds = True
+    if not binds:
+
+        def refuse(real: Any) -> Any:
+            def made(*args: Any, dir: Any = None, **kwargs: Any) -> Any:
+                if dir is not None and Path(dir).resolve() == folder.resolve():
+                    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(folder))
+                return real(*args, dir=dir, **kwargs)
+
+            return made
+
+        monkeypatch.setattr(tempfile, "mkdtemp", refuse(tempfile.mkdtemp))
+        monkeypatch.setattr(tempfile, "mkstemp", refuse(tempfile.mkstemp))
+    yield folder
+    folder.chmod(0o755)
+
+
+def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any model load, cost measurement or training fails the test: the refusal must come
+    first."""
+    import headlab.cli.report
+    import headlab.experiments.cost
+    import headlab.training.language_model
+    from headlab.cli import _model
+
+    def work(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the work started before the output was checked")
+
+    monkeypatch.setattr(_model, "load_model", work)
+    monkeypatch.setattr(headlab.cli.report, "load_model", work)
+    monkeypatch.setattr(headlab.experiments.cost, "run_cost", work)
+    monkeypatch.setattr(headlab.training.language_model, "train_language_model", work)
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["experiment", "cost", "--quick", "--figure", "{ro}/cost.png"], "--figure {ro}/cost.png"),
+        (["train", "--text", "{text}", "--steps", "1", "--out", "{ro}/m"], "{ro}/m"),
+        (["report", "--roles-only", "--out", "{ro}/r"], "{ro}/r"),
+        (
+            ["report", "--roles-only", "--out", "{tmp}/r", "--ledger-md", "{ro}/ledger.md"],
+            "--ledger-md {ro}/ledger.md",
+        ),
+    ],
+    ids=["experiment-figure", "train-out", "report-out", "report-ledger-md"],
+)
+def test_every_writing_command_refuses_a_read_only_folder_before_any_work(
+    argv: list[str],
+    names: str,
+    read_only: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """#58: experiment's --figure, train's --out, report's --out and --ledger-md in a folder
+    that cannot be written: one line naming the place, before a model loads or a measurement
+    starts, and nothing written anywhere."""
+    from headlab.cli import main
+
+    text = tmp_path / "text.txt"
+    text.write_text("To be or not to be, that is the question. " * 40)
+    _no_work(monkeypatch)
+    where = {"ro": str(read_only), "tmp": str(tmp_path), "text": str(text)}
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code = main([a.format(**where) for a in argv])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("headlab: error: ") and names.format(**where) in lines[0]
+    assert "Read-only file system" in lines[0] or "Permission denied" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert list(read_only.iterdir()) == []
+
+
+FULL = [
+    ["spec", "smollm2", "--json"],
+    ["heads", "--model", "tiny-shakespeare", "--json"],
+    ["roles", "--model", "tiny-shakespeare", "--limit", "4", "--replicates", "0", "--no-gap"],
+    ["experiment", "cost", "--width", "32", "--heads", "1,2", "--lengths", "8", "--rounds", "2"],
+    ["train", "--text", "{text}", "--steps", "1", "--context", "16", "--d-model", "32", "--out"],
+    ["report", "--model", "tiny-shakespeare", "--limit", "4", "--replicates", "0"],
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", FULL, ids=[a[0] for a in FULL])
+def test_every_command_to_a_full_disk_is_one_line(argv: list[str], tmp_path: Path) -> None:
+    """#58: ``headlab COMMAND > /dev/full``: exit 1 and one line on stderr, no traceback (each
+    command in its own process, as a user runs it)."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    text = tmp_path / "text.txt"
+    text.write_text("To be or not to be, that is the question. " * 300)  # 10,000 characters
+    args = [a.format(text=text) for a in argv]
+    if args[0] == "train":
+        args.append(str(tmp_path / "m"))
+    if args[0] == "report":
+        args += ["--roles-only", "--no-gap", "--out", str(tmp_path / "r")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "headlab", "-q", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr  # notes may come before, the error is one line
+    assert errors == ["headlab: error: cannot write the output: No space left on device"], errors

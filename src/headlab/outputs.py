@@ -16,8 +16,9 @@ folders with that marker, an empty folder, or an output of an earlier version (a
 ``RECIPE.json``): any other folder is refused, even with ``--overwrite``, so a wrong ``--out``
 cannot delete a user's files.
 
-The output location is checked (:func:`check_output`) before any work, and write errors (a
-read-only or full disk) become one-line :class:`~headlab.errors.OutputError` messages.
+The output location is checked (:func:`check_output` for a folder, :func:`check_files` for a
+command's output files) before any work, and write errors (a read-only or full disk) become
+one-line :class:`~headlab.errors.OutputError` messages.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from headlab.errors import HeadlabError, OutputError, OutputExistsError
+from headlab.errors import HeadlabError, InputError, OutputError, OutputExistsError
 
 #: the marker file in every folder headlab writes; its JSON names the kind of output
 MARKER = ".headlab-output"
@@ -127,6 +128,34 @@ def check_writable(path: str | Path) -> None:
         OutputError: one line naming ``path`` and why.
     """
     _probe(Path(path))
+
+
+def check_files(
+    outputs: Iterable[tuple[str, str | Path | None, str | None]], *, make_folders: bool = False
+) -> None:
+    """Check each output file ``(flag, path, suffix)`` given, before any work: its suffix
+    (``None``: any), not a folder, in a folder that exists (``make_folders``: or can be made
+    where the nearest existing one is) and can be written (:func:`check_writable`). The one
+    check of every command's output files.
+
+    Raises:
+        InputError: one line naming the flag and the path.
+    """
+    for flag, value, suffix in outputs:
+        if value is None:
+            continue
+        where = Path(value)
+        if suffix is not None and where.suffix.lower() != suffix:
+            raise InputError(f"{flag} {value}: expected a {suffix} file")
+        what = f"a {suffix} file" if suffix is not None else "a file"
+        if where.is_dir():
+            raise InputError(f"{flag} {value}: is a folder; expected {what}")
+        if not make_folders and not where.parent.is_dir():
+            raise InputError(f"{flag} {value}: folder {where.parent} does not exist")
+        try:
+            check_writable(where)
+        except OutputError as exc:
+            raise InputError(f"{flag} {value}: {exc}") from None
 
 
 def _probe(path: Path) -> None:

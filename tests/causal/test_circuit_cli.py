@@ -460,3 +460,42 @@ def test_the_learned_search_measures_the_order_its_masks_give(run, tmp_path: Pat
         assert point["faithfulness"] == pytest.approx((ld - corrupt) / (clean - corrupt), abs=1e-4)
     line = _fails(["circuit", *argv, "--mask-edges", "999999"], capsys)
     assert "--mask-edges 999999" in line and "edges" in line
+
+
+def test_the_learned_search_refuses_prompts_whose_runs_would_not_fit(
+    run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """#58: ``--search learned`` keeps every sender's output of every corrupted prompt; the
+    bytes it plans are those an edge run records (the oracle), and prompts whose runs would not
+    fit the memory available are refused in one line before any run."""
+    import headlab.causal.learned as learned
+    from headlab.causal.edges import EdgeRun
+    from headlab.causal.learned import MaskOptions, kept_bytes, learn_masks
+    from headlab.causal.tasks import encode_task, parse_prompt
+    from headlab.errors import InputError
+
+    lm = load(run[0], with_lm_head=True)
+    graph = build_graph(lm)
+    task = encode_task(lm.tokenizer, [parse_prompt(p) for p in PROMPTS], batch=8)
+    recorded = 0
+    for batch in task.batches:
+        with EdgeRun(lm, graph) as edge_run:
+            lm.model(batch.corrupt)
+        recorded += edge_run.values.numel() * edge_run.values.element_size()
+    assert kept_bytes(lm, graph, task) == recorded
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(learned, "available_bytes", lambda device: recorded)  # 80% < recorded
+    monkeypatch.setattr(learned, "EdgeRun", no_run)
+    with pytest.raises(InputError) as info:
+        learn_masks(lm, graph, task, MaskOptions(target=20, steps=2))
+    line = str(info.value)
+    assert line.startswith("--n/--prompts: the learned search keeps every sender's output")
+    assert f"each of the {len(PROMPTS)} corrupted prompts" in line
+    assert line.endswith("at most about 1 prompts fit")  # 80% of two prompts' runs: one
+    found, held = _jsonl(tmp_path / "f.jsonl", PROMPTS), _jsonl(tmp_path / "h.jsonl", HELD_OUT)
+    argv = ["circuit", "--model", str(run[0]), "--prompts", str(found), "--eval-prompts"]
+    argv += [str(held), "--method", "eap", "--no-classes", "--search", "learned"]
+    assert "the learned search keeps every sender's output" in _fails(argv, capsys)

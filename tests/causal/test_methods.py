@@ -194,3 +194,21 @@ def test_resample_at_the_last_position_crosses_lengths(tiny: LoadedModel) -> Non
             pair = batch.answer[row : row + 1], batch.distractor[row : row + 1]
             total += float(logit_difference(logits, *pair).sum())
     assert float(got.patched[layer, head]) == pytest.approx(total / 3, rel=1e-9, abs=1e-9)
+
+
+def test_resample_at_one_position_keeps_only_each_prompts_outputs_there(
+    tiny: LoadedModel,
+) -> None:
+    """#58: each prompt's source at one position is its (H, D) head outputs there, not a view
+    that keeps its batch's whole (B, T, H, D) run alive: with --n in the thousands the views
+    held every clean run of the task at once."""
+    from headlab.causal.activation import _previous_at
+
+    task, _ = _random_task(tiny, 3, 9, seed=4)
+    sources = _previous_at(tiny, task, -1)
+    assert sources is not None and sorted(sources) == [0, 1, 2]
+    for per_layer in sources.values():
+        for layer, z in per_layer.items():
+            width = tiny.layout.heads_per_layer[layer]
+            assert z.shape[0] == width and z.dim() == 2  # (H, D)
+            assert z.untyped_storage().nbytes() == z.numel() * z.element_size()

@@ -220,3 +220,74 @@ def test_profiler_quieting_passes_other_stderr_lines_on(capfd: pytest.CaptureFix
         os.write(2, b"USDT:2026-12-07 16:34:04 6757:6757 SyncActivityProfilerHandler.cpp:52] x\n")
         os.write(2, b"a warning worth seeing\n")
     assert capfd.readouterr().err == "a warning worth seeing\n"
+
+
+# --- #58 item 3: a grid that cannot fit in memory is refused before it runs ----------------------
+
+
+def test_the_planned_peak_bounds_every_measured_peak() -> None:
+    """The plan the refusal rests on is an upper bound of what each path measures (forward and
+    forward + backward, CPU profiler), and not a loose one (within 4x of the largest)."""
+    from headlab.experiments.cost import planned_peak, run_cost
+
+    opts = CostOptions(width=64, heads=(1, 4), lengths=(256, 512), rounds=2)
+    for row in run_cost(opts).rows:
+        measured = [*row.memory_forward.values(), *row.memory_forward_backward.values()]
+        largest = max(m for m in measured if m is not None)
+        plan = planned_peak(opts, row.heads, row.length)
+        assert largest <= plan <= 4 * largest, (row.heads, row.length, largest, plan)
+
+
+def test_a_grid_beyond_memory_names_the_flag_and_the_longest_that_fits() -> None:
+    """The longest length said to fit is the one a closed-form solution of the plan's
+    quadratic gives; one token beyond it does not fit."""
+    import math
+
+    from headlab.errors import InputError
+    from headlab.experiments.cost import (
+        ACTIVATIONS_PER_TOKEN,
+        MEMORY_SHARE,
+        PEAK_PER_WEIGHT,
+        check_memory,
+    )
+
+    available = 16 << 30
+    opts = CostOptions(lengths=(512, 1_000_000), batch=2)
+    with pytest.raises(InputError) as info:
+        check_memory(opts, available)
+    line = str(info.value)
+    assert line.startswith("--lengths 1000000: 64 heads, --batch 2 at --width 768 would take")
+    # the oracle: a T^2 + b T + c <= budget
+    budget = int(MEMORY_SHARE * available)
+    a = 2 * 64 * PEAK_PER_WEIGHT["backward"]
+    b = ACTIVATIONS_PER_TOKEN * 2 * 768 * 4
+    c = 2 * 2 * (4 * 768 * 768 + 4 * 768) * 4
+    fits = (-b + math.isqrt(b * b + 4 * a * (budget - c))) // (2 * a)
+    while a * (fits + 1) ** 2 + b * (fits + 1) + c <= budget:
+        fits += 1
+    while a * fits**2 + b * fits + c > budget:
+        fits -= 1
+    assert line.endswith(f"the longest that fits is {fits:,} tokens")
+    check_memory(CostOptions(lengths=(fits,), batch=2), available)  # it does fit
+    check_memory(opts, None)  # memory not known: no refusal
+    with pytest.raises(InputError, match=r"^--width 10000000: its weights"):
+        check_memory(CostOptions(width=10_000_000, heads=(1,), lengths=(1,)), available)
+
+
+def test_experiment_cost_lengths_of_a_million_end_in_one_line_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``headlab experiment cost --lengths 1000000`` ran until memory ran out; now one line,
+    before any grid point is measured."""
+    import headlab.experiments.cost as cost
+    from headlab.cli import main
+
+    def measured(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a grid point was measured")
+
+    monkeypatch.setattr(cost, "measure_point", measured)
+    monkeypatch.setattr(cost, "available_bytes", lambda device: 64 << 30)
+    assert main(["experiment", "cost", "--lengths", "1000000"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("headlab: error: --lengths 1000000: 64 heads at --width 768")
+    assert "of the 64.0 GiB available here; the longest that fits is" in line

@@ -305,3 +305,38 @@ def test_smollm2_takes_ordinary_english(capsys: pytest.CaptureFixture[str]) -> N
         assert out["heads"] and all(h["top"] for h in out["heads"])
     assert main(["heads", HOSTILE[0], "--model", "smollm2", "--word", "...", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["word"] == "..."
+
+
+def test_a_text_whose_patterns_would_not_fit_is_refused_before_the_forward(
+    tiny_bert, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#58: every head's T x T pattern of a long text can take more memory than there is (30
+    layers x 9 heads x 8,192^2 float32 is 72 GiB in SmolLM2); the text is refused in one line
+    with the most tokens that fit, before the forward pass."""
+    import headlab.models.analysis as analysis
+    from headlab.cli import main
+
+    text = "The cat sat on the mat and looked at the dog near the old tree."
+    n = len(tiny_bert.tokenizer(text)["input_ids"])
+    heads, widest = sum(tiny_bert.layout.heads_per_layer), max(tiny_bert.layout.heads_per_layer)
+    need = (heads + 2 * widest) * n * n * 4  # the oracle: every pattern, one layer's two more
+
+    def no_forward(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the forward pass ran")
+
+    available = int(need / 0.8) - 64
+    most = max(m for m in range(n + 1) if (heads + 2 * widest) * m * m * 4 <= 0.8 * available)
+    with monkeypatch.context() as m:
+        m.setattr(analysis, "available_bytes", lambda device: available)
+        m.setattr(analysis, "HeadCapture", no_forward)
+        with pytest.raises(TooLongError) as info:
+            word_attention(tiny_bert, text)
+    line = str(info.value)
+    assert line.startswith(f"the text is {n} tokens long: every head's attention pattern")
+    assert line.endswith(f"at most {most} tokens fit (shorten it)") and most == n - 1
+    monkeypatch.setattr(analysis, "available_bytes", lambda device: int(need / 0.8) + 64)
+    assert word_attention(tiny_bert, text).alignment.n_tokens == n  # it fits: it runs
+    monkeypatch.setattr(analysis, "available_bytes", lambda device: 1 << 10)
+    assert main(["heads", text, "--model", "tiny-shakespeare"]) == 1
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("headlab: error: the text is ") and "of the 1.0 KiB available" in err

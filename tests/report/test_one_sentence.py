@@ -88,11 +88,14 @@ def test_one_reader_gives_the_report_and_the_explorer_the_same_words_weights_and
     finally:
         page.close()
     shown, live = read
-    total = report["truncated"]["words"]
+    # the notice counts LONG's words (120 and a full stop), not [CLS] and [SEP] (#58)
+    total, drawn = len(LONG.replace(".", " .").split()), MAX_VIEW_WORDS - 1  # [CLS] drawn first
+    assert report["words"][0] == "[CLS]" and report["special"].count(True) == 1
+    assert report["truncated"]["words"] == total == 121
     tokens = explorer["truncated"]["tokens"]
-    assert shown["notice"] == f"Long input: showing the first {MAX_VIEW_WORDS} of {total} words."
+    assert shown["notice"] == f"Long input: showing the first {drawn} of {total} words."
     assert live["notice"] == (
-        f"Long input: showing the first {MAX_VIEW_WORDS} of {total} words"
+        f"Long input: showing the first {drawn} of {total} words"
         f" and {MAX_VIEW_TOKENS} of {tokens} tokens."
     )
     assert shown["side"] == live["side"] and shown["side"]["sink"] == -1

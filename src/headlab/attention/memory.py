@@ -11,6 +11,9 @@ which costs no fault at all, so they are left to it.
 
 Set ``headlab.attention.memory.HUGE_PAGES = False`` to turn it off (for example where memory is
 so fragmented that the kernel's compaction for huge pages costs more than it saves).
+
+:func:`available_bytes` says how much memory a device still has, for the checks that refuse a
+size before it runs out (``experiment cost``'s grid, a text's patterns).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import mmap
+import os
 from pathlib import Path
 
 import torch
@@ -56,3 +60,23 @@ def empty(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -
         region.madvise(mmap.MADV_HUGEPAGE)
     # the tensor holds a reference to the mapping, which is unmapped with its last view
     return torch.frombuffer(region, dtype=torch.uint8).view(dtype).view(shape)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """The memory a run on ``device`` may still take: on CUDA the free bytes the driver reports
+    (``torch.cuda.mem_get_info``); on the CPU Linux's ``MemAvailable`` (free memory and the
+    caches the kernel would give back), else the free physical pages; ``None`` where the system
+    does not say."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -280,8 +280,8 @@ def _previous_at(
         _positions(position, batch.clean.shape[1])  # in range, or a one-line error
         with HeadOutputs(lm, detach=True) as run:
             last_logits(lm, batch.clean.to(lm.device))
-        for row, prompt in enumerate(batch.index):
-            at[prompt] = {layer: z[row, position] for layer, z in run.outputs.items()}  # (H, D)
+        for row, prompt in enumerate(batch.index):  # a copy: a view keeps (B, T, H, D) alive
+            at[prompt] = {layer: z[row, position].clone() for layer, z in run.outputs.items()}
     order = sorted(at)
     return {prompt: at[order[i - 1]] for i, prompt in enumerate(order)}
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from headlab.attention.memory import available_bytes
 from headlab.causal.edges import EdgeRun
 from headlab.causal.graph import Graph
 from headlab.causal.metric import check_task, last_logits, logit_difference
@@ -33,6 +34,7 @@ from headlab.errors import InputError
 from headlab.models.gates import expected_l0, sample_gates
 from headlab.models.loading import LoadedModel
 from headlab.progress import NO_PROGRESS, Progress, stage
+from headlab.text import human_bytes
 
 #: the weight of keeping to the target number of edges, and the share of the steps over which
 #: the target comes down from every edge
@@ -82,6 +84,40 @@ class LearnedMasks:
     seconds: float
 
 
+#: the share of the available memory the corrupted runs kept for the search may fill
+MEMORY_SHARE = 0.8
+
+
+def kept_bytes(lm: LoadedModel, graph: Graph, task: Task) -> int:
+    """The bytes :func:`learn_masks` keeps for the whole search: every sender's output
+    ``(S, B, T, E)`` of every corrupted prompt, in the model's dtype."""
+    size = torch.empty((), dtype=lm.dtype).element_size()
+    tokens = sum(b.corrupt.numel() for b in task.batches)  # B T summed over batches
+    return len(graph.senders) * tokens * lm.layout.d_model * size
+
+
+def check_kept_memory(lm: LoadedModel, graph: Graph, task: Task) -> None:
+    """Refuse, before any run, a task whose corrupted runs (:func:`kept_bytes`) would not fit
+    :data:`MEMORY_SHARE` of the memory ``lm``'s device has available.
+
+    Raises:
+        InputError: one line with the prompts, the planned bytes, the memory available and the
+            most prompts that fit.
+    """
+    available = available_bytes(torch.device(lm.device))
+    kept = kept_bytes(lm, graph, task)
+    if available is None or kept <= MEMORY_SHARE * available:
+        return
+    n = task.n_prompts
+    fits = int(MEMORY_SHARE * available // max(1, kept // n))
+    raise InputError(
+        f"--n/--prompts: the learned search keeps every sender's output of each of the {n:,} "
+        f"corrupted prompts ({len(graph.senders)} senders x their tokens x width "
+        f"{lm.layout.d_model}), about {human_bytes(kept)}, more than {MEMORY_SHARE:.0%} of the "
+        f"{human_bytes(available)} available here; at most about {fits:,} prompts fit"
+    )
+
+
 def learn_masks(
     lm: LoadedModel,
     graph: Graph,
@@ -101,6 +137,7 @@ def learn_masks(
             f"{options.target}"
         )
     check_task(lm, task)
+    check_kept_memory(lm, graph, task)
     start = time.perf_counter()
     batches = [b.to(lm.device) for b in task.batches]
     corrupt, clean_ld, span = [], [], []

@@ -10,7 +10,6 @@ direct logit attribution, or path patching. ``headlab compose`` builds a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,9 +28,9 @@ from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task, parse_position, run_patching
 from headlab.causal.paths import parse_head, parse_receiver, path_patching
 from headlab.causal.tasks import read_prompts
-from headlab.errors import InputError, OutputError
+from headlab.errors import InputError
 from headlab.models.names import DECODER, resolve
-from headlab.outputs import check_writable, write_text_atomic
+from headlab.outputs import check_files, write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 
 #: ``--method``'s default, the one path patching (``--to``) goes with
@@ -43,29 +42,6 @@ if TYPE_CHECKING:
     from headlab.causal.result import PatchingResult
     from headlab.causal.tasks import Task
     from headlab.models.loading import LoadedModel
-
-
-def check_outputs(outputs: Iterable[tuple[str, str | None, str]]) -> None:
-    """Check each output ``(flag, path, suffix)`` given: its suffix, not a folder, in a folder
-    that exists and can be written (before minutes of computing).
-
-    Raises:
-        InputError: one line naming the flag and the path.
-    """
-    for flag, value, suffix in outputs:
-        if value is None:
-            continue
-        where = Path(value)
-        if where.suffix.lower() != suffix:
-            raise InputError(f"{flag} {value}: expected a {suffix} file")
-        if where.is_dir():
-            raise InputError(f"{flag} {value}: is a folder; expected a {suffix} file")
-        if not where.parent.is_dir():
-            raise InputError(f"{flag} {value}: folder {where.parent} does not exist")
-        try:
-            check_writable(where)
-        except OutputError as exc:
-            raise InputError(f"{flag} {value}: {exc}") from None
 
 
 def check_request(
@@ -82,7 +58,8 @@ def check_request(
     csv_out: str | None = None,
     csv: bool = False,
 ) -> None:
-    """Check the output paths (``write``, ``figure``, ``csv_out``: :func:`check_outputs`) and
+    """Check the output paths (``write``, ``figure``, ``csv_out``:
+    :func:`headlab.outputs.check_files`) and
     that the options go together: a path-patching receiver ``to`` (and sender ``path``), the
     ``method`` and what its table entry (:mod:`headlab.causal.methods`) takes: a ``component``,
     a ``source``, a ``compare`` of a gradient estimate, a figure or CSV of every head.
@@ -90,7 +67,7 @@ def check_request(
     Raises:
         InputError: one line naming the option.
     """
-    check_outputs(
+    check_files(
         [("--write", write, ".jsonl"), ("--figure", figure, ".png"), ("--csv-out", csv_out, ".csv")]
     )
     chosen = patch_method(method)
@@ -309,7 +286,7 @@ class ComposeRequest:
             object.__setattr__(self, "heads", tuple(parse_heads(self.receivers)))
         elif self.figure:
             raise InputError("--figure draws the heads of --receivers: add --receivers L.H,...")
-        check_outputs([("--figure", self.figure, ".png")])
+        check_files([("--figure", self.figure, ".png")])
 
     def run(self, lm: LoadedModel, progress: Progress = NO_PROGRESS) -> ComposeResult:
         """:func:`run_compose`, and the receivers' figure written where ``figure`` says."""

@@ -11,6 +11,7 @@ from headlab.cli._model import model_device
 from headlab.cli._output import output
 from headlab.cli._progress import progress_for
 from headlab.errors import InputError
+from headlab.outputs import check_files
 
 
 def add_parser(sub: Any) -> None:
@@ -120,6 +121,8 @@ def _run_cost(args: argparse.Namespace) -> int:
 
     names = ("width", "heads", "lengths", "batch", "device", "rounds", "model", "quick")
     opts = cost_options(backward=not args.no_backward, **{n: getattr(args, n) for n in names})
+    # before minutes of measuring (#58); a missing folder is made, as it always was
+    check_files([("--figure", args.figure, ".png")], make_folders=True)
     with progress_for(args, "headlab experiment cost") as progress:
         result = run_cost(opts, progress=progress).to_json()
     if args.figure:

@@ -32,7 +32,13 @@ from headlab.causal.circuit import (
 from headlab.causal.cut import check_sizes
 from headlab.causal.figure import CLASS_COLOURS
 from headlab.causal.graph import build_graph
-from headlab.causal.learned import LearnedMasks, MaskOptions, learn_masks, learned_order
+from headlab.causal.learned import (
+    LearnedMasks,
+    MaskOptions,
+    check_kept_memory,
+    learn_masks,
+    learned_order,
+)
 from headlab.causal.tasks import Task, encode_task
 from headlab.errors import InputError
 from headlab.experiments.head_classes import CLASS_RULES, CLASSES, head_classes
@@ -274,6 +280,8 @@ def find_circuit(
         raise InputError(
             f"--mask-edges {mask_edges}: the graph of {lm.name} has {graph.n_edges} edges"
         )
+    if search == "learned":
+        check_kept_memory(lm, graph, task)  # what the search keeps, before the scoring
     scores = edge_scores(lm, task, method=method, steps=steps, graph=graph, progress=progress)
     order, masks = None, None
     if search == "learned":

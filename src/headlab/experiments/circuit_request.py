@@ -20,14 +20,14 @@ from headlab.causal.figure import write_circuit
 from headlab.causal.generators import builtin_prompts
 from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task
-from headlab.causal.request import check_model, check_outputs
+from headlab.causal.request import check_model
 from headlab.causal.tasks import encode_task, read_prompts
 from headlab.errors import DataFormatError, InputError
 from headlab.experiments.circuit import MASK_STEPS, CircuitResult, find_circuit
 from headlab.experiments.head_classes import roles_by_head
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
-from headlab.outputs import write_text_atomic
+from headlab.outputs import check_files, write_text_atomic
 from headlab.page.circuit import circuit_html
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.roles.results import read_roles_json
@@ -86,7 +86,7 @@ class CircuitRequest:
 
     def check(self) -> None:
         """The checks of the class docstring, before any model loads."""
-        check_outputs([("--html", self.html, ".html"), ("--figure", self.figure, ".png")])
+        check_files([("--html", self.html, ".html"), ("--figure", self.figure, ".png")])
         if self.html and self.figure and Path(self.html).resolve() == Path(self.figure).resolve():
             raise InputError("--html and --figure name the same file")
         for flag, ignored, reason in (

@@ -33,12 +33,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from headlab.attention.blocks import attention_weights
+from headlab.attention.memory import available_bytes
 from headlab.attention.module import MultiHeadAttention
-from headlab.errors import ConfigError
+from headlab.errors import ConfigError, InputError
 from headlab.experiments.peak import MEMORY_METHOD, peak_bytes
 from headlab.layout.attention import AttentionLayout
 from headlab.layout.costs import attention_flops, compute_spec
 from headlab.progress import Progress, stage
+from headlab.text import human_bytes
 
 #: the forward paths, in the order they are timed and shown
 FORWARD_PATHS = ("torch", "fused", "torch_weights", "weights", "loop")
@@ -403,11 +405,80 @@ def measure_point(opts: CostOptions, heads: int, length: int, device: torch.devi
     )
 
 
+#: bytes at the peak of the largest path, per float32 attention weight ``B H T T``: the
+#: per-head-weights paths hold the weights beside the softmax's input (measured 1.2-1.4x on the
+#: CPU at 256-512 tokens), 3.2-3.8x with the backward; rounded up
+PEAK_PER_WEIGHT = {"forward": 2 * 4, "backward": 4 * 4}
+#: float32 activations of width ``E`` per token alive beside them (input, q, k, v, output, grads)
+ACTIVATIONS_PER_TOKEN = 32
+#: the share of the available memory a run may plan to fill (the rest: Python, torch, the OS)
+MEMORY_SHARE = 0.8
+
+
+def planned_peak(opts: CostOptions, heads: int, length: int) -> int:
+    """The predicted peak bytes of grid point ``(heads, length)``'s largest path: ``B H T T``
+    attention weights times :data:`PEAK_PER_WEIGHT`, the activations and both modules' weights
+    (and their gradients with the backward). An upper bound: a test checks it against the
+    measured peaks."""
+    kind = "backward" if opts.backward else "forward"
+    weights = opts.batch * heads * length * length * PEAK_PER_WEIGHT[kind]
+    activations = ACTIVATIONS_PER_TOKEN * opts.batch * length * opts.width * 4
+    parameters = 2 * (4 * opts.width * opts.width + 4 * opts.width) * 4  # headlab's and torch's
+    return weights + activations + parameters * (2 if opts.backward else 1)
+
+
+def longest_fitting(opts: CostOptions, heads: int, budget: int) -> int:
+    """The longest length whose :func:`planned_peak` at ``heads`` fits ``budget`` bytes (0 when
+    none does)."""
+    lo, hi = 0, 1
+    while planned_peak(opts, heads, hi) <= budget:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if planned_peak(opts, heads, mid) <= budget else (lo, mid)
+    return lo
+
+
+def check_memory(opts: CostOptions, available: int | None) -> None:
+    """Refuse, before anything is measured, a grid whose largest point's :func:`planned_peak`
+    does not fit :data:`MEMORY_SHARE` of ``available`` bytes (``None``: not known, no check).
+
+    Raises:
+        InputError: one line naming the flag (``--lengths``, or ``--width`` when not even one
+            token fits), the predicted peak, the memory available and the longest length that
+            fits.
+    """
+    if available is None:
+        return
+    budget = int(MEMORY_SHARE * available)
+    heads, length = max(opts.heads), max(opts.lengths)
+    peak = planned_peak(opts, heads, length)
+    if peak <= budget:
+        return
+    have = f"{human_bytes(available)} available here"
+    fits = longest_fitting(opts, heads, budget)
+    if fits == 0:
+        raise InputError(
+            f"--width {opts.width}: its weights and one token's activations alone would take "
+            f"{human_bytes(planned_peak(opts, heads, 1))}, more than {MEMORY_SHARE:.0%} of the "
+            f"{have}"
+        )
+    batch = f", --batch {opts.batch}" if opts.batch > 1 else ""
+    raise InputError(
+        f"--lengths {length}: {heads} heads{batch} at --width {opts.width} would take about "
+        f"{human_bytes(peak)} at the peak (B x H x T x T attention weights"
+        f"{', with the backward' if opts.backward else ''}), more than {MEMORY_SHARE:.0%} of the "
+        f"{have}; the longest that fits is {fits:,} tokens"
+    )
+
+
 def run_cost(opts: CostOptions, *, progress: Progress | None = None) -> CostResult:
-    """Measure every head count at every length (see the module's docstring)."""
+    """Measure every head count at every length (see the module's docstring); a grid that
+    would not fit in memory is refused first (:func:`check_memory`)."""
     device = torch.device(opts.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device 'cuda' was asked for, but torch sees no CUDA device here")
+    check_memory(opts, available_bytes(device))
     start = time.perf_counter()
     rows = []
     n_points = len(opts.lengths) * len(opts.heads)

@@ -4,16 +4,20 @@ head outputs for mean-ablation."""
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from headlab.attention.memory import available_bytes
+from headlab.errors import TooLongError
 from headlab.models.capture import HeadCapture
 from headlab.models.loading import LoadedModel
 from headlab.models.runner import Batch, encode, run_corpus
 from headlab.models.seq2seq import seq2seq_inputs
 from headlab.models.words import Alignment, align, word_pattern
+from headlab.text import human_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +91,47 @@ class WordAttention:
         return float(row[mask].sum())
 
 
+#: the share of the available memory one text's patterns may plan to fill
+PATTERN_MEMORY_SHARE = 0.8
+
+
+def pattern_bytes_planned(
+    lm: LoadedModel, n_tokens: int, layers: Iterable[int], norms: bool
+) -> int:
+    """The bytes :func:`word_attention` keeps and computes for a text of ``n_tokens`` tokens:
+    every chosen head's float32 ``T x T`` pattern (twice with ``norms``), and one layer's
+    scores and weights while it is computed."""
+    heads = [lm.layout.heads_per_layer[layer] for layer in layers if 0 <= layer < lm.n_layers]
+    per_head = n_tokens * n_tokens * 4
+    return (sum(heads) * (2 if norms else 1) + 2 * max(heads, default=0)) * per_head
+
+
+def check_pattern_memory(
+    lm: LoadedModel, n_tokens: int, layers: Iterable[int], *, norms: bool = False
+) -> None:
+    """Refuse, before the forward pass, a text whose patterns
+    (:func:`pattern_bytes_planned`) would not fit :data:`PATTERN_MEMORY_SHARE` of the memory
+    ``lm``'s device has available (no check where the system does not say).
+
+    Raises:
+        TooLongError: one line with the tokens, the planned bytes, the memory available and
+            the most tokens that fit.
+    """
+    available = available_bytes(torch.device(lm.device))
+    chosen = list(layers)
+    planned = pattern_bytes_planned(lm, n_tokens, chosen, norms)
+    if available is None or planned <= PATTERN_MEMORY_SHARE * available:
+        return
+    budget = PATTERN_MEMORY_SHARE * available
+    fits = math.isqrt(int(budget // max(1, pattern_bytes_planned(lm, 1, chosen, norms))))
+    raise TooLongError(
+        f"the text is {n_tokens:,} tokens long: every head's attention pattern over it "
+        f"({len(chosen)} layers, T x T float32 weights each) would take about "
+        f"{human_bytes(planned)}, more than {PATTERN_MEMORY_SHARE:.0%} of the "
+        f"{human_bytes(available)} available here; at most {fits:,} tokens fit (shorten it)"
+    )
+
+
 def word_attention(
     lm: LoadedModel,
     text: str | None = None,
@@ -106,6 +151,8 @@ def word_attention(
     """
     alignment = align(lm.tokenizer, text=text, words=words, max_tokens=lm.max_positions)
     inputs = encode(lm, [alignment.text])
+    chosen = range(lm.n_layers) if layers is None else sorted(set(layers))
+    check_pattern_memory(lm, int(inputs["input_ids"].shape[-1]), chosen, norms=norms)
     with torch.inference_mode(), HeadCapture(lm, layers=layers, record_head_outputs=False) as cap:
         lm.model(**inputs)
     token_patterns = {layer: cap.pattern(layer)[0] for layer in cap.records}  # (H, T, S)

@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import logging
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,6 +355,18 @@ def _placed(
     return placed
 
 
+def _auto_classes(with_lm_head: bool) -> tuple[Any, Any]:
+    """transformers' ``AutoModelForCausalLM`` (``with_lm_head``) or ``AutoModel``, and
+    ``AutoConfig``. transformers' first import imports ``tqdm.auto``, which in a Jupyter kernel
+    without ipywidgets warns "IProgress not found", of a widget bar headlab never draws: the
+    import here keeps that note out of a notebook's output (#58)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    return (AutoModelForCausalLM if with_lm_head else AutoModel), AutoConfig
+
+
 def load(
     path: str | Path | None = None,
     *,
@@ -408,14 +421,11 @@ def load(
         if not config_dict.get("is_encoder_decoder"):
             raise ConfigError(f"{folder / 'config.json'}: {exc}") from None
 
-    from transformers import AutoModel, AutoModelForCausalLM
-
+    auto, auto_config = _auto_classes(with_lm_head)
     register()
-    auto = AutoModelForCausalLM if with_lm_head else AutoModel
-    from transformers import AutoConfig
 
     try:
-        hf_config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        hf_config = auto_config.from_pretrained(str(folder), local_files_only=True)
         model_class: Any = auto._model_mapping[type(hf_config)]
     except Exception:
         hf_config, model_class = None, None
@@ -440,7 +450,7 @@ def load(
         if pruned and not pruned.get("native"):
             # a config the family cannot express: build the full shapes, shrink, then load
 
-            config = tower_config or AutoConfig.from_pretrained(str(folder), **common)
+            config = tower_config or auto_config.from_pretrained(str(folder), **common)
             model = auto.from_config(config, dtype=dtype, attn_implementation=attn)
             load_pruned_weights(model, folder, adapter_for(model), config_dict)
             if placement is not None:  # its shapes are known only now: place the loaded model

@@ -37,8 +37,9 @@ def sentence_json(
 
     Patterns travel as base64 bytes, one string per layer, heads x rows x columns in that order,
     each weight as ``round(255 * w)`` (:func:`~headlab.models.analysis.pattern_bytes`); at most
-    :data:`MAX_VIEW_WORDS` words and :data:`MAX_VIEW_TOKENS` tokens (``truncated``: the
-    sentence's counts when it had more, else ``None``).
+    :data:`MAX_VIEW_WORDS` words and :data:`MAX_VIEW_TOKENS` tokens (``truncated``, when it
+    had more: ``words`` its words and ``shown`` those drawn, special tokens such as [CLS] not
+    counted, and ``tokens`` its tokens; else ``None``).
 
     Args:
         lm: the model ``wa`` came from.
@@ -61,7 +62,10 @@ def sentence_json(
     if tokens is not None and not wa.token_patterns:
         raise ValueError("tokens given for an attention without token-level patterns")
     focus = align.word_index(word) if word is not None else -1
-    cut = n_words < len(align.words) or (tokens is not None and n_tokens < len(tokens))
+    # the notice counts the sentence's words, not [CLS]/[SEP] (#58): only [SEP] cut is no cut
+    words = sum(not special for special in align.is_special)
+    shown = sum(not special for special in align.is_special[:n_words])
+    cut = shown < words or (tokens is not None and n_tokens < len(tokens))
     norms, norm_tokens = wa.norm_patterns, wa.norm_token_patterns
     return {
         "schema": "headlab.sentence/1",
@@ -81,7 +85,8 @@ def sentence_json(
         "word": word,
         "focus": focus if focus < n_words else -1,
         "truncated": {
-            "words": len(align.words),
+            "words": words,
+            "shown": shown,
             "tokens": len(tokens) if tokens is not None else None,
         }
         if cut

@@ -22,7 +22,7 @@ from headlab.errors import InputError
 from headlab.models.loading import LoadedModel
 from headlab.models.names import resolve
 from headlab.models.seq2seq import text_side
-from headlab.outputs import check_output, write_text_atomic
+from headlab.outputs import check_files, check_output, write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.report.build import (
     Built,
@@ -104,6 +104,7 @@ class ReportRequest:
         if not 0 <= self.replicates <= MAX_REPLICATES:
             raise InputError(f"--replicates must be 0 to {MAX_REPLICATES:,}, got {self.replicates}")
         check_output(self.folder, overwrite=self.overwrite, kind=KIND, replace_kind=True)
+        check_files([("--ledger-md", self.ledger_md, None)])
         self.gold  # noqa: B018
         if self.model is None:  # the default encoder: check the word before any work
             self.viewer(causal=False)  # in its sentences and the treebank's shown beside them

@@ -63,7 +63,9 @@ function readSentence(d) {
     tokenSide: d.tokens ? { words: d.tokens, special: d.token_special } : null,
     hasNorms: hasNorms,
     pattern: pattern,
-    notice: cut ? "Long input: showing the first " + d.words.length + " of " + cut.words + " words" +
+    // words without [CLS]/[SEP] ("shown"; a page of an earlier version has only the total)
+    notice: cut ? "Long input: showing the first " +
+      (cut.shown === undefined ? d.words.length : cut.shown) + " of " + cut.words + " words" +
       (d.tokens ? " and " + d.tokens.length + " of " + cut.tokens + " tokens" : "") + "." : "",
   };
 }

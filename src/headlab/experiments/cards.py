@@ -42,7 +42,6 @@ from headlab.causal.generators import BUILTIN
 from headlab.causal.request import (
     ComposeRequest,
     PatchRequest,
-    check_outputs,
     patch_task,
     run_patch,
 )
@@ -52,7 +51,7 @@ from headlab.layout.costs import compute_spec
 from headlab.layout.sheet import DEFAULT_CONTEXT
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
-from headlab.outputs import write_text_atomic
+from headlab.outputs import check_files, write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress, stage
 from headlab.pruning.importance import gradient_importance
 from headlab.pruning.inputs import build_metrics
@@ -120,7 +119,7 @@ class CardsRequest:
 
     def check(self) -> None:
         """The checks of the class docstring, before any model loads."""
-        check_outputs([("--html", self.html, ".html")])
+        check_files([("--html", self.html, ".html")])
         for task in self.tasks:
             if task not in BUILTIN:
                 raise InputError(f"--tasks: unknown task {task!r}; expected {', '.join(BUILTIN)}")

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from headlab.causal.request import check_model, check_outputs
+from headlab.causal.request import check_model
 from headlab.datasets.bundled import sample_path
 from headlab.datasets.passkey import passkeys
 from headlab.errors import DataFormatError, InputError
@@ -38,7 +38,7 @@ from headlab.experiments.kv_scores import (
 from headlab.models.kv_mixed import KVHead
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
-from headlab.outputs import write_text_atomic
+from headlab.outputs import check_files, write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.text import Part, table
 
@@ -106,7 +106,7 @@ class KVRequest:
                 f"--window {self.window} with --sink {self.sink} covers the whole --context "
                 f"{self.context}: nothing would be evicted (expected window + sink < context)"
             )
-        check_outputs([("--heads-out", self.heads_out, ".json")])
+        check_files([("--heads-out", self.heads_out, ".json")])
         if self.text is not None and not Path(self.text).is_file():
             raise InputError(f"--text {self.text}: no such file")
         if self.heads_from is not None:

@@ -10,8 +10,10 @@ import pytest
 
 from headlab.causal.request import ComposeRequest, PatchRequest
 from headlab.errors import InputError
+from headlab.experiments.cards import CardsRequest
 from headlab.experiments.circuit_request import CircuitRequest
 from headlab.experiments.cost_request import CostRequest
+from headlab.experiments.kv import KVRequest
 from headlab.explore.request import HeadsRequest
 from headlab.models.loading import load
 from headlab.pruning.results import PruneOptions
@@ -32,6 +34,8 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         PatchRequest(model="tiny-shakespeare"),
         ComposeRequest(model="tiny-shakespeare", receivers="1.0"),
         CostRequest(quick=True, figure=str(tmp_path / "cost.png")),
+        CardsRequest(model="tiny-shakespeare", html=str(tmp_path / "atlas.html")),
+        KVRequest(model="tiny-shakespeare", context=128, window=32),
     ]
     for request in requests:
         assert isinstance(request, Request), type(request).__name__

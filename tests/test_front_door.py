@@ -87,6 +87,24 @@ def test_patch_is_the_patch_request(folder: Path, tmp_path: Path) -> None:
     assert _untimed(front.to_json()) == _untimed(deep.to_json())
 
 
+def test_patch_writes_the_task_s_prompts(folder: Path, tmp_path: Path) -> None:
+    """``write``: the built-in task's prompts written by the request's run (no CLI), the ones
+    the patching would use, nothing patched."""
+    from headlab.causal.request import PatchRequest, PromptsWritten, patch_task
+    from headlab.causal.tasks import read_prompts
+
+    out = tmp_path / "ioi.jsonl"
+    lm = load(folder, with_lm_head=True)
+    written = headlab.patch(lm, task="ioi", n=6, seed=3, write=str(out))
+    assert isinstance(written, PromptsWritten)
+    assert written.to_json() == {"path": str(out), "task": "ioi", "n_prompts": 6}
+    drawn = patch_task(lm, PatchRequest(model=str(folder), task="ioi", n=6, seed=3)).prompts
+    assert [p.to_json() for p in read_prompts(out)] == [p.to_json() for p in drawn]
+    again = tmp_path / "again.jsonl"
+    PatchRequest(model=str(folder), task="ioi", n=6, seed=3, write=str(again)).run(lm)
+    assert again.read_bytes() == out.read_bytes()
+
+
 def test_circuit_is_the_circuit_request(folder: Path, tmp_path: Path) -> None:
     from headlab.experiments.circuit_request import CircuitRequest
     from headlab.page.circuit import circuit_html

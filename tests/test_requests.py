@@ -10,7 +10,10 @@ import pytest
 
 from headlab.causal.request import ComposeRequest, PatchRequest
 from headlab.errors import InputError
+from headlab.experiments.cards import CardsRequest
 from headlab.experiments.circuit_request import CircuitRequest
+from headlab.experiments.cost_request import CostRequest
+from headlab.experiments.kv import KVRequest
 from headlab.explore.request import HeadsRequest
 from headlab.models.loading import load
 from headlab.pruning.results import PruneOptions
@@ -30,6 +33,9 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         HeadsRequest(trace=True),
         PatchRequest(model="tiny-shakespeare"),
         ComposeRequest(model="tiny-shakespeare", receivers="1.0"),
+        CostRequest(quick=True, figure=str(tmp_path / "cost.png")),
+        CardsRequest(model="tiny-shakespeare", html=str(tmp_path / "atlas.html")),
+        KVRequest(model="tiny-shakespeare", context=128, window=32),
     ]
     for request in requests:
         assert isinstance(request, Request), type(request).__name__
@@ -50,6 +56,7 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         (lambda: HeadsRequest(patch=(1, 2)), "--patch"),
         (lambda: PatchRequest(path="1.0"), "--path names a sender"),
         (lambda: ComposeRequest(figure="x.png"), "--receivers"),
+        (lambda: CostRequest(width=64, model="tiny-shakespeare"), "not both"),
         (lambda: HeadsRequest(image="no-such.png"), "does not exist"),
         (lambda: HeadsRequest(audio="no-such.wav", text="A cat."), "no sound file"),
         (lambda: HeadsRequest(trace=True, conllu="no-such.conllu"), "no-such.conllu"),

@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from headlab.errors import InputError
 from headlab.layout.sheet import SpecOptions, spec_json
 from headlab.models.names import named_config, resolve
 from headlab.progress import NO_PROGRESS, Progress
@@ -26,6 +25,7 @@ from headlab.progress import NO_PROGRESS, Progress
 if TYPE_CHECKING:
     from headlab.causal.dla import DLAResult
     from headlab.causal.paths import PathResult
+    from headlab.causal.request import PromptsWritten
     from headlab.causal.result import PatchingResult
     from headlab.experiments.cards import Cards
     from headlab.experiments.circuit_request import CircuitRun
@@ -80,7 +80,7 @@ def measure_roles(
 
 def patch(
     model: Model = None, *, progress: Progress = NO_PROGRESS, **options: Any
-) -> PatchingResult | DLAResult | PathResult:
+) -> PatchingResult | DLAResult | PathResult | PromptsWritten:
     """Which heads carry a behaviour, as ``headlab patch`` measures it
     (:class:`~headlab.causal.request.PatchRequest`): activation patching by default,
     ``method="attribution"``, ``"ig"`` or ``"dla"``, or path patching with ``to``.
@@ -89,19 +89,16 @@ def patch(
         model: a causal language model (default SmolLM2-135M); loaded with its head.
         options: ``task`` (``"ioi"``, ``"induction"``) or ``prompts`` (a JSON Lines file),
             ``n``, ``seed``, ``method``, ``component``, ``position``, ``steps``, ``compare``,
-            ``no_layers``, ``to``, ``path``; ``figure`` and ``csv_out`` are written.
+            ``no_layers``, ``to``, ``path``; ``figure`` and ``csv_out`` are written;
+            ``write`` (a ``.jsonl`` path): the built-in task's prompts written there instead
+            of patching, a :class:`~headlab.causal.request.PromptsWritten` returned.
     """
     from headlab.causal.request import PatchRequest, patch_task, run_patch
 
-    if options.get("write"):
-        raise InputError(
-            "write saves a task's prompts: use headlab.causal.tasks.write_prompts on "
-            "headlab.causal.request.patch_task's prompts"
-        )
     named = _name(model)
     request = PatchRequest(**options) if named is None else PatchRequest(model=named, **options)
     lm = _loaded(model, request.model, with_lm_head=True)
-    result: PatchingResult | DLAResult | PathResult = run_patch(
+    result: PatchingResult | DLAResult | PathResult | PromptsWritten = run_patch(
         lm, patch_task(lm, request), request, progress=progress
     )
     return result

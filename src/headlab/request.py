@@ -8,6 +8,9 @@ one line before anything is loaded, the model loads, and :meth:`Request.run` ret
 :class:`Result`, whose :meth:`~Result.to_json` is what ``--json`` prints. ``headlab``'s front
 door (:mod:`headlab.api`) makes the same calls, so a notebook gets what the command gets.
 
+A command that builds what it measures and loads no model (``experiment cost``) follows the
+same protocol: its run takes ``lm`` as ``None`` and reads nothing of it.
+
 Requests check themselves on creation too (``__post_init__`` calls ``check``): a request that
 exists is one that passed.
 

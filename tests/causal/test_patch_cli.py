@@ -107,6 +107,7 @@ def test_write_gives_prompts_that_read_back(
     out = tmp_path / "ioi.jsonl"
     argv = ["-q", "patch", "--model", str(folder), "--task", "ioi", "--n", "6", "--seed", "3"]
     assert main([*argv, "--write", str(out)]) == 0
+    assert capsys.readouterr().err == f"wrote 6 prompts to {out}\n"
     prompts = read_prompts(out)
     assert len(prompts) == 6 and all(p.answer != p.distractor for p in prompts)
     assert main(["-q", "patch", "--model", str(folder), "--prompts", str(out), "--json"]) == 0

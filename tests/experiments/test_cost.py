@@ -1,6 +1,7 @@
 """``headlab experiment cost``: same parameters and FLOPs across head counts, FLOPs by part as
-``headlab spec`` counts them, the loop over heads equal to the batched module, and the CLI's JSON
-and figure. No timing assertions: speed is measured, not tested."""
+``headlab spec`` counts them, the loop over heads equal to the batched module, the CLI's JSON and
+figure, and the request writing the figure itself. No timing assertions: speed is measured, not
+tested."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from headlab.attention import MultiHeadAttention
-from headlab.errors import ConfigError
+from headlab.errors import ConfigError, InputError
 from headlab.experiments.cost import (
     CostOptions,
     count_params,
@@ -23,6 +24,8 @@ from headlab.experiments.cost import (
     loop_over_heads,
     spec_flops,
 )
+from headlab.experiments.cost_figure import cost_figure
+from headlab.experiments.cost_request import CostRequest
 from headlab.experiments.peak import _without_profiler_log, peak_bytes
 
 
@@ -140,6 +143,24 @@ def test_cli_quick_json_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture
     assert eight["memory_forward"]["fused"] < eight["memory_forward"]["weights"]
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in figure.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_the_request_writes_the_figure_of_its_json(tmp_path: Path) -> None:
+    """``CostRequest.run`` writes the figure itself (no CLI), the PNG the figure function draws
+    from the JSON it returns; a figure path that cannot be written is refused before anything
+    is measured."""
+    figure = tmp_path / "cost.png"
+    asked = CostRequest(width=32, heads=(1, 4), lengths=(8, 16), rounds=2, figure=str(figure))
+    data = asked.run().to_json()
+    assert [(r["heads"], r["length"]) for r in data["rows"]] == [(1, 8), (4, 8), (1, 16), (4, 16)]
+    drawn = cost_figure(data, tmp_path / "drawn.png")
+    assert figure.read_bytes() == drawn.read_bytes()
+    (tmp_path / "file").write_text("")
+    for bad, says in ((tmp_path, "is a folder"), (tmp_path / "file" / "cost.png", "not a folder")):
+        with pytest.raises(InputError, match=f"--figure {bad}: .*{says}"):
+            CostRequest(quick=True, figure=str(bad))
+    with pytest.raises(ConfigError, match="--heads 3"):
+        CostRequest(width=32, heads=(3,))
 
 
 def test_cli_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,8 @@ and not loaded), and the runs they ask for.
 
 ``headlab patch`` builds a :class:`PatchRequest` (its checks run then), loads the model, draws
 the prompts (:func:`patch_task`) and calls :func:`run_patch`: activation or gradient patching,
-direct logit attribution, or path patching. ``headlab compose`` builds a
+direct logit attribution, or path patching; or, with ``write``, the prompts written
+(:class:`PromptsWritten`). ``headlab compose`` builds a
 :class:`ComposeRequest` and calls :func:`run_compose`.
 """
 
@@ -27,7 +28,7 @@ from headlab.causal.methods import names as method_names
 from headlab.causal.metric import IG_STEPS
 from headlab.causal.patching import as_task, parse_position, run_patching
 from headlab.causal.paths import parse_head, parse_receiver, path_patching
-from headlab.causal.tasks import read_prompts
+from headlab.causal.tasks import read_prompts, write_prompts
 from headlab.errors import InputError
 from headlab.models.names import DECODER, resolve
 from headlab.outputs import check_files, write_text_atomic
@@ -142,7 +143,8 @@ class PatchRequest:
         no_layers: skip the per-layer table activation patching of head outputs adds.
         to, path: path patching's receiver (``q:L.H``, ``k:L.H``, ``v:L.H`` or ``logits``) and
             sender (``L.H``; default every head below the receiver).
-        write: write the built-in task's prompts here instead of patching.
+        write: write the built-in task's prompts here instead of patching (:meth:`run`
+            returns :class:`PromptsWritten`).
         figure, csv_out: a heatmap (PNG) and every head's effect (CSV) to write.
         csv: every head's effect as CSV on stdout (only checked here).
     """
@@ -188,7 +190,8 @@ class PatchRequest:
 
     def run(self, lm: LoadedModel, progress: Progress = NO_PROGRESS) -> Any:
         """The measurement on ``lm`` (:func:`run_patch` on :func:`patch_task`'s prompts), its
-        heatmap and CSV written where ``figure`` and ``csv_out`` say."""
+        heatmap and CSV written where ``figure`` and ``csv_out`` say; with ``write``, the
+        prompts written there instead (:class:`PromptsWritten`)."""
         return run_patch(lm, patch_task(lm, self), self, progress=progress)
 
 
@@ -199,15 +202,39 @@ def patch_task(lm: LoadedModel, request: PatchRequest) -> Task:
     return as_task(lm, source, n=request.n, seed=request.seed)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PromptsWritten:
+    """What a :class:`PatchRequest` with ``write`` gives: the built-in task's prompts written as
+    JSON Lines (to edit, then ``prompts``), nothing patched.
+
+    Attributes:
+        path: the file written.
+        task: the task's name.
+        n_prompts: the prompts in it.
+    """
+
+    path: str
+    task: str
+    n_prompts: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``path``, ``task`` and ``n_prompts``."""
+        return {"path": self.path, "task": self.task, "n_prompts": self.n_prompts}
+
+
 def run_patch(
     lm: LoadedModel, task: Task, request: PatchRequest, *, progress: Progress = NO_PROGRESS
 ) -> Any:
-    """The measurement ``request`` asks for on ``task``: a
+    """What ``request`` asks for on ``task``: with ``write``, its prompts written there
+    (:class:`PromptsWritten`); else the measurement: a
     :class:`~headlab.causal.paths.PathResult` (with ``to``), a
     :class:`~headlab.causal.dla.DLAResult` (``method="dla"``), else a
     :class:`~headlab.causal.result.PatchingResult`, whose heatmap and CSV are written where
     ``figure`` and ``csv_out`` say."""
 
+    if request.write:
+        write_prompts(task.prompts, request.write)
+        return PromptsWritten(path=request.write, task=task.name, n_prompts=task.n_prompts)
     if request.to is not None:
         senders = None if request.path is None else [parse_head(request.path)]
         receiver = parse_receiver(request.to)

@@ -7,11 +7,11 @@ import argparse
 from typing import Any
 
 from headlab.cli._args import integer, listed, text
+from headlab.cli._causal import request
 from headlab.cli._model import model_device
 from headlab.cli._output import output
 from headlab.cli._progress import progress_for
 from headlab.errors import InputError
-from headlab.outputs import check_files
 
 
 def add_parser(sub: Any) -> None:
@@ -116,18 +116,11 @@ def add_cost_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
-    from headlab.experiments.cost import run_cost
-    from headlab.experiments.cost_text import cost_options, cost_text
+    from headlab.experiments.cost_request import CostRequest
+    from headlab.experiments.cost_text import cost_text
 
-    names = ("width", "heads", "lengths", "batch", "device", "rounds", "model", "quick")
-    opts = cost_options(backward=not args.no_backward, **{n: getattr(args, n) for n in names})
-    # before minutes of measuring (#58); a missing folder is made, as it always was
-    check_files([("--figure", args.figure, ".png")], make_folders=True)
+    cost = request(CostRequest, args)  # every check before anything is measured
     with progress_for(args, "headlab experiment cost") as progress:
-        result = run_cost(opts, progress=progress).to_json()
-    if args.figure:
-        from headlab.report.figures import cost_figure
-
-        cost_figure(result, args.figure)
+        result = cost.run(None, progress).to_json()  # the figure written too
     output(args, result, lambda: cost_text(result))
     return 0

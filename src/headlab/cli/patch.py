@@ -106,14 +106,11 @@ def run(args: argparse.Namespace) -> int:
     task = patch_task(lm, patching)
     for line in task.notes:
         note("headlab patch", line)
-    if args.write:
-        from headlab.causal.tasks import write_prompts
-
-        write_prompts(task.prompts, args.write)
-        print(f"wrote {len(task.prompts)} prompts to {args.write}", file=sys.stderr)
-        return 0
     with progress_for(args, "headlab patch") as progress:
         result = run_patch(lm, task, patching, progress=progress)
+    if args.write:  # the prompts written (PromptsWritten), nothing patched
+        print(f"wrote {result.n_prompts} prompts to {result.path}", file=sys.stderr)
+        return 0
     corrupt = getattr(result, "corrupt", None)  # direct logit attribution has no corrupted run
     warning = None if corrupt is None else gap_warning(result.clean, corrupt)
     if warning:

@@ -1,7 +1,8 @@
 """Measured experiments that combine analyses.
 
-- :mod:`~headlab.experiments.cost` (and ``cost_text``, ``peak``): what heads cost at a fixed
-  width, in time and peak memory.
+- :mod:`~headlab.experiments.cost` (and ``cost_request``, ``cost_text``, ``cost_figure``,
+  ``peak``): what heads cost at a fixed width, in time and peak memory (``headlab experiment
+  cost``: its request, tables and figure).
 - :mod:`~headlab.experiments.one_vs_many`: one head against many, trained on tasks that need
   several (:mod:`~headlab.experiments.induction`: the induction toy).
 - :mod:`~headlab.experiments.circuit_request` (and ``circuit``, ``head_classes``): a
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from headlab.experiments.cost import CostResult as CostResult
     from headlab.experiments.cost import loop_over_heads as loop_over_heads
     from headlab.experiments.cost import run_cost as run_cost
+    from headlab.experiments.cost_request import CostRequest as CostRequest
     from headlab.experiments.kv import KVRequest as KVRequest
     from headlab.experiments.kv import KVResult as KVResult
     from headlab.experiments.one_vs_many import GridConfig as GridConfig

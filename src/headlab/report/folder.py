@@ -16,6 +16,7 @@ from typing import Any
 from headlab.causal.figure import write_circuit, write_heatmap
 from headlab.causal.patching import PatchingResult
 from headlab.experiments.agreement import TASK_ROLES, induction_agreement
+from headlab.experiments.cost_figure import cost_figure
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DEFAULT_MODEL_NAME
 from headlab.outputs import atomic_folder, check_output
@@ -121,7 +122,7 @@ def write_report(
         if cost:
             made.append(
                 (
-                    figures.cost_figure(cost, fig_dir / "cost.png"),
+                    cost_figure(cost, fig_dir / "cost.png"),
                     "Time and peak memory of attention against the head count, at one width",
                 )
             )

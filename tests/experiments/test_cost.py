@@ -156,7 +156,10 @@ def test_the_request_writes_the_figure_of_its_json(tmp_path: Path) -> None:
     drawn = cost_figure(data, tmp_path / "drawn.png")
     assert figure.read_bytes() == drawn.read_bytes()
     (tmp_path / "file").write_text("")
-    for bad, says in ((tmp_path, "is a folder"), (tmp_path / "file" / "cost.png", "not a folder")):
+    for bad, says in (
+        (tmp_path, "expected a .png file"),
+        (tmp_path / "file" / "cost.png", "not a folder"),
+    ):
         with pytest.raises(InputError, match=f"--figure {bad}: .*{says}"):
             CostRequest(quick=True, figure=str(bad))
     with pytest.raises(ConfigError, match="--heads 3"):

@@ -352,6 +352,36 @@ def test_the_circuit_run_equals_patching_each_left_out_edge(tiny: LoadedModel) -
     assert abs(clean - corrupt) > 1e-4
 
 
+def test_a_circuit_without_one_head_s_edges_is_that_head_patched(tiny: LoadedModel) -> None:
+    """#59: a circuit answers sufficiency (every edge outside it corrupted), patching one head
+    answers necessity; they meet at the circuit that keeps every edge but those one head sends.
+    Its logit difference is the clean run with that head's output patched from the corrupted
+    run, so one minus its faithfulness is the head's patching effect, head by head. Not in a
+    post-norm block (Gemma 3): there a head's edges write through the norm at the scale of
+    the run they come from, where patching renormalises the patched sum (docs/circuits.md)."""
+    from headlab.causal.patching import run_patching
+
+    graph = build_graph(tiny)
+    if any(b.attention_out is not None for b in graph.blocks):
+        pytest.skip("post-norm: a head's edges are not its output through the norm")
+    task, _ = _random_task(tiny, 3, 9, seed=2)
+    patched = run_patching(tiny, task)  # activation patching from the corrupted run
+    layers, heads = patched.effects.shape
+    chosen = [(0, 0), (layers - 1, heads - 1), (layers // 2, 1)]
+    circuits = []
+    for layer, head in chosen:
+        keep = graph.edges.clone()
+        keep[graph.senders.index(f"{layer}.{head}")] = False  # none of its edges
+        circuits.append(keep)
+    got, clean, corrupt = circuit_logit_differences(tiny, graph, task, circuits)
+    assert clean == pytest.approx(patched.clean, abs=1e-6)
+    assert corrupt == pytest.approx(patched.corrupt, abs=1e-6)
+    effects = [(clean - ld) / (clean - corrupt) for ld in got]
+    want = [float(patched.effects[layer, head]) for layer, head in chosen]
+    assert effects == pytest.approx(want, abs=1e-5)
+    assert max(abs(e) for e in effects) > 1e-3  # the heads chosen do something
+
+
 # ---------------------------------------------------------------- cutting and the curve
 def test_cut_circuits_lead_to_the_logits(tiny: LoadedModel) -> None:
     from headlab.causal.cut import first_edges, greedy_order, owners, reaching_logits, top_edges

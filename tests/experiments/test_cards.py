@@ -15,9 +15,11 @@ from tests.models.tiny import build
 
 from headlab.causal.request import ComposeRequest, PatchRequest
 from headlab.cli import main
+from headlab.datasets import read_treebank, sample_path
 from headlab.experiments.card_verdict import CARRIES, verdict
-from headlab.experiments.cards import SCHEMA, Cards, CardsRequest
+from headlab.experiments.cards import EXAMPLE_SENTENCES, SCHEMA, Cards, CardsRequest
 from headlab.layout.costs import compute_spec
+from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel, load
 from headlab.pruning.importance import gradient_importance
 from headlab.pruning.inputs import build_metrics
@@ -68,12 +70,24 @@ def _grid(data: dict[str, Any], get: Any) -> list[Any]:
     return [get(card) for card in data["cards"]]
 
 
+def _roles(card: dict[str, Any]) -> dict[str, Any]:
+    """A card's roles-run entry, its top examples aside."""
+    return {k: v for k, v in card["looks"].items() if k != "examples"}
+
+
 def test_every_head_has_a_card_and_every_field_its_command(llama_cards: dict[str, Any]) -> None:
     data = llama_cards
     assert data["schema"] == SCHEMA
     assert [c["id"] for c in data["cards"]] == [f"{l}.{h}" for l in range(2) for h in range(4)]  # noqa: E741
     assert data["skipped"] == {}
-    for key in ("looks", "reads.k", "writes.promoted", "writes.copying", "costs.importance"):
+    for key in (
+        "looks.roles",
+        "looks.examples",
+        "reads.k",
+        "writes.promoted",
+        "writes.copying",
+        "costs.importance",
+    ):
         assert key in data["commands"]
     for task in ("ioi", "induction"):
         assert data["commands"][f"does.patching.{task}"].endswith(
@@ -85,8 +99,32 @@ def test_every_head_has_a_card_and_every_field_its_command(llama_cards: dict[str
 
 def test_looks_is_the_roles_run(llama: LoadedModel, llama_cards: dict[str, Any]) -> None:
     roles = RolesRequest(limit=LIMIT).run(llama).to_json()
-    assert _grid(llama_cards, lambda c: c["looks"]) == roles["heads"]
+    assert _grid(llama_cards, _roles) == roles["heads"]
     assert llama_cards["roles_from"] == "measured"
+
+
+def test_top_examples_are_the_strongest_attention_off_the_sink(
+    llama: LoadedModel, llama_cards: dict[str, Any]
+) -> None:
+    sentences = read_treebank(sample_path("treebank"), limit=EXAMPLE_SENTENCES).sentences
+    seen = [word_attention(llama, words=list(s.words)) for s in sentences]
+    assert llama_cards["sample"] == [list(a.alignment.words) for a in seen]
+    for layer, head in ((0, 1), (1, 3)):
+        best = []  # per sentence: the largest weight, query and key not special, key not the sink
+        for index, att in enumerate(seen):
+            special, p = att.alignment.is_special, att.patterns[layer][head]
+            top = None
+            for q in range(p.shape[0]):
+                for k in range(p.shape[1]):
+                    if special[q] or special[k] or k == att.sink:
+                        continue
+                    w = float(p[q, k].double())
+                    if top is None or w > top["weight"]:
+                        top = {"sentence": index, "query": q, "key": k, "weight": w}
+            if top is not None:
+                best.append(top)
+        best.sort(key=lambda r: -r["weight"])
+        assert llama_cards["cards"][4 * layer + head]["looks"]["examples"] == best[:3]
 
 
 def test_patching_and_dla_are_headlab_patch(
@@ -125,7 +163,8 @@ def test_every_position_is_headlab_patch_at_every_position(
         h["effect"] for h in patch.run(llama).to_json()["heads"]
     ]
     assert "--position all" in data["commands"]["does.patching.induction"]
-    assert data["cards"][0]["looks"] is None and data["skipped"]["roles"] == "--no-roles"
+    assert data["cards"][0]["looks"] == {"examples": data["cards"][0]["looks"]["examples"]}
+    assert data["skipped"]["roles"] == "--no-roles" and "looks.roles" not in data["commands"]
 
 
 def test_reads_are_headlab_compose(
@@ -216,7 +255,7 @@ def test_a_cached_roles_run_is_read_and_parts_can_be_left_out(
     )  # fmt: skip
     data = asked.run(llama).to_json()
     assert data["roles_from"] == str(roles)
-    assert _grid(data, lambda c: c["looks"]) == run["heads"]
+    assert _grid(data, _roles) == run["heads"]
     assert set(data["skipped"]) == {"patch", "dla", "compose", "importance"}
     assert not any(k.startswith(("does.", "writes.dla", "reads.")) for k in data["commands"])
     assert all(c["reads"] is None and c["does"]["patching"] == {} for c in data["cards"])
@@ -236,7 +275,7 @@ def test_an_encoder_card_has_no_task_but_stsb_importance(
         float(scores[c["layer"], c["head"]]) for c in data["cards"]
     ]
     roles = RolesRequest(limit=LIMIT).run(lm).to_json()
-    assert _grid(data, lambda c: c["looks"]) == roles["heads"]
+    assert _grid(data, _roles) == roles["heads"]
 
 
 def _card(role: str | None, patching: dict[str, float], **writes: Any) -> dict[str, Any]:

@@ -67,6 +67,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--top", type=integer(1, 100), default=5, help="tokens promoted and suppressed listed"
     )
+    p.add_argument(
+        "--examples",
+        type=integer(0, 10_000),
+        default=40,
+        help="UD EWT sentences searched for each head's top 3 examples (default 40; 0: none)",
+    )
     for part, what in (
         ("roles", "the roles (no roles run read or measured)"),
         ("patch", "activation patching on the tasks (the slowest part)"),

@@ -119,10 +119,10 @@ def verdict(
     elif role:
         first = f"{role} head{_role_phrase(looks, folds)}"
     elif acts:
-        named = "its attention names no role" if card.get("looks") else "no roles run"
+        named = "its attention names no role" if "role" in looks else "no roles run"
         first = f"acts like {_a(acts)} head ({named})"
     elif clauses:
-        first = "no attention role" if card.get("looks") else "no roles run"
+        first = "no attention role" if "role" in looks else "no roles run"
     else:
         return "unexplained: no attention role, no effect or weight pattern past the rules' bars"
     return f"{first}: {', '.join(clauses)}" if clauses else first
@@ -134,7 +134,7 @@ def cards_text(data: dict[str, Any]) -> list[Part]:
     tasks = list(data["settings"]["tasks"]) if "patch" not in data["skipped"] else []
     rows = []
     for card in data["cards"]:
-        role = _role(card) or ("-" if card["looks"] is None else "unclassified")
+        role = _role(card) or ("unclassified" if "role" in (card["looks"] or {}) else "-")
         effects = [card["does"]["patching"].get(t) for t in tasks]
         copying = card["writes"]["copying"]
         promoted = card["writes"]["promoted"] or []

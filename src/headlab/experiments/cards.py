@@ -46,10 +46,12 @@ from headlab.causal.request import (
     patch_task,
     run_patch,
 )
+from headlab.datasets import read_treebank, sample_path
 from headlab.errors import DataFormatError, HeadlabError, InputError
 from headlab.experiments.card_verdict import VERDICT_RULES, verdict
 from headlab.layout.costs import compute_spec
 from headlab.layout.sheet import DEFAULT_CONTEXT
+from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
 from headlab.outputs import write_text_atomic
@@ -71,6 +73,10 @@ N_PROMPTS = 24
 TOP_TOKENS = 5
 #: senders listed per head and kind of composition
 TOP_SENDERS = 3
+#: sentences of the bundled UD EWT sample searched for each head's top examples
+EXAMPLE_SENTENCES = 40
+#: top examples kept per head
+TOP_EXAMPLES = 3
 #: where heads are patched (``headlab patch --position``)
 POSITIONS = ("last", "all")
 #: the parts a request may leave out, each its own ``--no-PART`` flag
@@ -92,6 +98,8 @@ class CardsRequest:
         position: where each head is patched: ``"last"`` (the default: the last token, where
             the answer is read; about 6x faster than every position on SmolLM2) or ``"all"``.
         top: tokens promoted and suppressed listed per head.
+        examples: sentences of the bundled UD EWT sample searched for each head's
+            :data:`TOP_EXAMPLES` top examples (:func:`top_examples`; 0: none).
         no_roles, no_patch, no_dla, no_compose, no_importance: leave that part out.
         html: the offline atlas of the cards to write (:meth:`Cards.write`).
 
@@ -108,6 +116,7 @@ class CardsRequest:
     seed: int = 0
     position: str = "last"
     top: int = TOP_TOKENS
+    examples: int = EXAMPLE_SENTENCES
     no_roles: bool = False
     no_patch: bool = False
     no_dla: bool = False
@@ -132,6 +141,8 @@ class CardsRequest:
             raise InputError(f"--n must be at least 1, got {self.n}")
         if not 1 <= self.top <= 100:
             raise InputError(f"--top must be 1 to 100, got {self.top}")
+        if not 0 <= self.examples <= 10_000:
+            raise InputError(f"--examples must be 0 to 10000, got {self.examples}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit must be at least 1, got {self.limit}")
         if self.no_roles and (self.roles or self.limit is not None):
@@ -168,6 +179,8 @@ class Cards:
     skipped: dict[str, str]
     cards: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    #: the sentences of the top examples, as the model's words (``looks.examples`` index them)
+    sample: list[list[str]] = field(default_factory=list)
     roles_from: str | None = None
     roles_measured: dict[str, Any] | None = None
 
@@ -189,6 +202,7 @@ class Cards:
             "skipped": self.skipped,
             "rules": VERDICT_RULES,
             "notes": self.notes,
+            "sample": self.sample,
             "cards": self.cards,
         }
 
@@ -292,6 +306,42 @@ def _senders(lm: LoadedModel) -> dict[tuple[int, int], dict[str, list[dict[str, 
     return out
 
 
+def top_examples(
+    lm: LoadedModel, sentences: list[list[str]], k: int = TOP_EXAMPLES
+) -> tuple[list[list[str]], dict[tuple[int, int], list[dict[str, Any]]]]:
+    """Each head's ``k`` sentences where its attention is most concentrated away from the
+    sink: in each sentence its largest word-level weight (:func:`~headlab.models.analysis.
+    word_attention`) from a query word to a key word, neither a special token, the key not the
+    attention sink; the ``k`` sentences where that weight is largest, strongest first.
+
+    Returns:
+        every sentence's words as the model reads them (special tokens included), and per head
+        ``[{"sentence", "query", "key", "weight"}]`` (indices into those words).
+    """
+    words_of: list[list[str]] = []
+    found: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for index, words in enumerate(sentences):
+        seen = word_attention(lm, words=words)
+        aligned = seen.alignment
+        words_of.append(list(aligned.words))
+        special = torch.tensor(aligned.is_special)
+        for layer, pattern in seen.patterns.items():  # (H, W, W)
+            p = pattern.double().clone()
+            p[:, special, :] = -1.0
+            p[:, :, special] = -1.0
+            if seen.sink is not None:  # the sink set apart (its own row then holds nothing)
+                p[:, :, seen.sink] = -1.0
+            width = p.shape[-1]
+            weight, where = p.flatten(1).max(-1)  # (H,)
+            for head, (w, at) in enumerate(zip(weight.tolist(), where.tolist(), strict=True)):
+                if w > 0:
+                    found.setdefault((layer, head), []).append(
+                        {"sentence": index, "query": at // width, "key": at % width, "weight": w}
+                    )
+    top = {h: sorted(rows, key=lambda r: -r["weight"])[:k] for h, rows in found.items()}
+    return words_of, top
+
+
 def _importance(lm: LoadedModel) -> torch.Tensor:
     """``(L, H)``: gradient importance as ``headlab prune`` scores heads by default
     (:func:`~headlab.pruning.inputs.build_metrics` of the default options)."""
@@ -333,12 +383,15 @@ def _commands(
     elif roles_from not in (None, "measured"):
         roles += f" (read from {roles_from})"
     out = {
-        "looks": roles,
+        "looks.roles": roles,
         **{
             f"reads.{kind}": f"headlab compose --model {model} --receivers L.H --kind {kind} "
             f"--top {TOP_SENDERS} --json"
             for kind in KINDS
         },
+        "looks.examples": "python: headlab.experiments.cards.top_examples(lm, the first "
+        f"{request.examples} sentences of the bundled UD EWT sample) (over "
+        "headlab.models.analysis.word_attention)",
         "writes.promoted": f"python: headlab.roles.copying.written_tokens(lm, k={request.top})",
         "writes.suppressed": f"python: headlab.roles.copying.written_tokens(lm, k={request.top})",
         "writes.copying": f"{roles} (scores.copying); python: "
@@ -360,7 +413,7 @@ def _commands(
             f"headlab patch --model {model} --task {task} --method dla {draw} --json"
         )
     parts = {
-        "roles": ("looks",),
+        "roles": ("looks.roles",),
         "compose": ("reads.",),
         "patch": ("does.patching.",),
         "dla": ("writes.dla.",),
@@ -389,6 +442,84 @@ def _tokens(lm: LoadedModel, ids: torch.Tensor, logits: torch.Tensor) -> list[di
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Measured:
+    """Every part measured, per head where it is per head (``None``: left out)."""
+
+    roles: dict[tuple[int, int], dict[str, Any]]
+    examples: dict[tuple[int, int], list[dict[str, Any]]] | None
+    senders: dict[tuple[int, int], dict[str, list[dict[str, Any]]]] | None
+    written: Any
+    copying: torch.Tensor | None
+    dla: dict[str, torch.Tensor]
+    patching: dict[str, torch.Tensor]
+    flops: list[float]
+    kv: list[float] | None
+    importance: torch.Tensor | None
+    ranks: torch.Tensor | None
+
+
+def _ranks(importance: torch.Tensor | None) -> torch.Tensor | None:
+    """``(L, H)``: each head's rank by importance among all heads, 1 the most important."""
+    if importance is None:
+        return None
+    order = importance.nan_to_num(float("-inf")).flatten().argsort(descending=True)
+    ranks = torch.empty_like(order)
+    ranks[order] = torch.arange(1, order.numel() + 1)
+    return ranks.view(importance.shape)
+
+
+def _card(lm: LoadedModel, m: _Measured, layer: int, head: int) -> dict[str, Any]:
+    """Head ``layer.head``'s card, its verdict to come."""
+    w = m.written
+    looks = m.roles.get((layer, head))
+    if looks is not None and m.examples is not None:
+        looks = {**looks, "examples": m.examples.get((layer, head), [])}
+    elif m.examples is not None:
+        looks = {"examples": m.examples.get((layer, head), [])}
+    return {
+        "id": f"{layer}.{head}",
+        "layer": layer,
+        "head": head,
+        "looks": looks,
+        "reads": None if m.senders is None else m.senders[(layer, head)],
+        "writes": {
+            "unembedding": None if w is None else w.unembedding,
+            "promoted": None
+            if w is None
+            else _tokens(lm, w.promoted[layer, head], w.promoted_logits[layer, head]),
+            "suppressed": None
+            if w is None
+            else _tokens(lm, w.suppressed[layer, head], w.suppressed_logits[layer, head]),
+            "copying": _value(m.copying, layer, head),
+            "dla": {t: _value(v, layer, head) for t, v in m.dla.items()},
+        },
+        "does": {"patching": {t: _value(v, layer, head) for t, v in m.patching.items()}},
+        "costs": {
+            "flops_share": m.flops[layer],
+            "kv_share": None if m.kv is None else m.kv[layer],  # an encoder keeps none
+            "importance": _value(m.importance, layer, head),
+            "importance_rank": None if m.ranks is None else int(m.ranks[layer, head]),
+        },
+    }
+
+
+def _optional(
+    what: str, off: bool, skipped: dict[str, str], progress: Progress, run: Callable[[], Any]
+) -> Any:
+    """``run()`` as its own stage, or ``None`` with why in ``skipped``: its ``--no-`` flag
+    (``off``), or the one line of the error that stopped it."""
+    if off:
+        skipped[what] = f"--no-{what}"
+        return None
+    with stage(progress, what):
+        try:
+            return run()
+        except HeadlabError as exc:
+            skipped[what] = str(exc)
+            return None
+
+
 def measure_cards(
     lm: LoadedModel,
     request: CardsRequest,
@@ -401,29 +532,21 @@ def measure_cards(
     roles, roles_from, measured = _roles(lm, request, progress, notify)
     if roles is None:
         skipped["roles"] = "--no-roles"
+    sample: list[list[str]] = []
+    examples = None
+    if request.examples:
+        with stage(progress, "top examples", request.examples, "sentences"):
+            gold = read_treebank(sample_path("treebank"), limit=request.examples)
+            sample, examples = top_examples(lm, [list(s.words) for s in gold.sentences])
     patching, dla, why = _task_effects(lm, request, progress, notify)
     skipped.update(why)
     skipped.update(
         {part: f"--no-{part}" for part in ("patch", "dla") if getattr(request, f"no_{part}")}
     )
-    senders = None
-    if request.no_compose:
-        skipped["compose"] = "--no-compose"
-    else:
-        with stage(progress, "composition"):
-            try:
-                senders = _senders(lm)
-            except InputError as exc:
-                skipped["compose"] = str(exc)
-    importance = None
-    if request.no_importance:
-        skipped["importance"] = "--no-importance"
-    else:
-        with stage(progress, "pruning importance"):
-            try:
-                importance = _importance(lm)
-            except HeadlabError as exc:
-                skipped["importance"] = str(exc)
+    senders = _optional("compose", request.no_compose, skipped, progress, lambda: _senders(lm))
+    importance = _optional(
+        "importance", request.no_importance, skipped, progress, lambda: _importance(lm)
+    )
     with stage(progress, "OV circuits"):
         written = written_tokens(lm, request.top)
         copying = copying_scores(lm) if written is not None else None
@@ -431,49 +554,27 @@ def measure_cards(
         skipped["writes"] = "no unembedding: neither a language-model head nor tied embeddings"
     context = min(DEFAULT_CONTEXT, lm.layout.max_positions or DEFAULT_CONTEXT)
     flops, kv = cost_shares(lm, context)
-    ranks = None
-    if importance is not None:
-        order = importance.nan_to_num(float("-inf")).flatten().argsort(descending=True)
-        ranks = torch.empty_like(order)
-        ranks[order] = torch.arange(1, order.numel() + 1)
-        ranks = ranks.view(importance.shape)
-    role_heads = {(h["layer"], h["head"]): h for h in roles["heads"]} if roles else {}
-    folds = int(roles.get("folds") or 0) if roles else 0
-    cards = []
-    for layer, count in enumerate(lm.layout.heads_per_layer):
-        for head in range(count):
-            card = {
-                "id": f"{layer}.{head}",
-                "layer": layer,
-                "head": head,
-                "looks": role_heads.get((layer, head)),
-                "reads": None if senders is None else senders[(layer, head)],
-                "writes": {
-                    "unembedding": None if written is None else written.unembedding,
-                    "promoted": None
-                    if written is None
-                    else _tokens(
-                        lm, written.promoted[layer, head], written.promoted_logits[layer, head]
-                    ),
-                    "suppressed": None
-                    if written is None
-                    else _tokens(
-                        lm, written.suppressed[layer, head], written.suppressed_logits[layer, head]
-                    ),
-                    "copying": _value(copying, layer, head),
-                    "dla": {t: _value(v, layer, head) for t, v in dla.items()},
-                },
-                "does": {"patching": {t: _value(v, layer, head) for t, v in patching.items()}},
-                "costs": {
-                    "flops_share": flops[layer],
-                    "kv_share": kv[layer] if lm.causal else None,  # an encoder keeps none
-                    "importance": _value(importance, layer, head),
-                    "importance_rank": None if ranks is None else int(ranks[layer, head]),
-                },
-            }
-            cards.append(card)
+    parts = _Measured(
+        roles={(h["layer"], h["head"]): h for h in roles["heads"]} if roles else {},
+        examples=examples,
+        senders=senders,
+        written=written,
+        copying=copying,
+        dla=dla,
+        patching=patching,
+        flops=flops,
+        kv=kv if lm.causal else None,
+        importance=importance,
+        ranks=_ranks(importance),
+    )
+    cards = [
+        _card(lm, parts, layer, head)
+        for layer, count in enumerate(lm.layout.heads_per_layer)
+        for head in range(count)
+    ]
     largest = {t: float(v.nan_to_num(0.0).abs().max()) for t, v in dla.items()}
     by_id = {c["id"]: c for c in cards}
+    folds = int(roles.get("folds") or 0) if roles else 0
     for card in cards:
         card["verdict"] = verdict(
             card, by_id, folds=folds, largest_dla=largest, position=request.position
@@ -491,11 +592,13 @@ def measure_cards(
             "seed": request.seed,
             "position": request.position,
             "top": request.top,
+            "examples": request.examples,
             "context": context,
         },
         commands=commands,
         skipped=skipped,
         cards=cards,
+        sample=sample,
         roles_from=roles_from,
         roles_measured=roles if measured else None,
     )

@@ -311,7 +311,7 @@ def test_the_verdict_says_both_where_attention_and_effect_disagree() -> None:
 
 
 def test_the_command_prints_the_cards(
-    llama_folder: Path, cache: None, capsys: pytest.CaptureFixture[str]
+    llama: LoadedModel, llama_folder: Path, cache: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["cards", "--model", str(llama_folder), "--limit", str(LIMIT), "--n", "4", "-q"]
     assert main([*argv, "--json", "--tasks", "induction", "--no-importance"]) == 0
@@ -319,7 +319,14 @@ def test_the_command_prints_the_cards(
     assert data["settings"]["tasks"] == ["induction"] and len(data["cards"]) == 8
     from headlab.cache import cached_roles_path
 
-    assert cached_roles_path(data["model"]).is_file()  # kept, as headlab roles keeps its run
+    cached = cached_roles_path(data["model"])
+    assert cached.is_file()  # kept, as headlab roles keeps its run
+    quick = {"no_patch": True, "no_dla": True, "no_compose": True, "no_importance": True,
+             "examples": 0}  # fmt: skip
+    read = CardsRequest(model=str(llama_folder), **quick).run(llama).to_json()
+    assert read["roles_from"] == str(cached)  # the cached run, read
+    again = CardsRequest(model=str(llama_folder), limit=5, **quick).run(llama).to_json()
+    assert again["roles_from"] == "measured"  # --limit asks for a run measured here
     assert main([*argv, "--no-patch", "--no-dla"]) == 0
     out = capsys.readouterr().out
     assert "verdict" in out and "1.3" in out

@@ -45,7 +45,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--limit",
         type=integer(1, 10_000_000),
-        help="sentences of a roles run measured here (default: the whole bundled sample)",
+        help="measure the roles here on this many sentences, the cached run aside (default: "
+        "the cached run, else the whole bundled sample)",
     )
     p.add_argument(
         "--tasks",

@@ -92,7 +92,8 @@ class CardsRequest:
         model: any model headlab opens (default: the bundled SmolLM2).
         roles: a ``headlab roles --json`` run of the model (default: its cached run, else one
             measured here).
-        limit: sentences of a roles run measured here (``None``: all of the bundled sample).
+        limit: measure the roles here on this many sentences, the cached run aside
+            (``None``: all of the bundled sample, when no run is given or cached).
         tasks: the built-in tasks patched (causal language models with their head).
         n, seed: prompts drawn per task, and their seed.
         position: where each head is patched: ``"last"`` (the default: the last token, where
@@ -223,7 +224,7 @@ def _roles(
         return None, None, False
     heads = list(lm.layout.heads_per_layer)
     path = Path(request.roles) if request.roles else cached_roles_path(lm.name)
-    if path.is_file():
+    if request.limit is None and path.is_file():  # --limit asks for a run measured here
         try:
             data = read_roles_json(path)
         except (InputError, DataFormatError) as exc:
@@ -527,9 +528,16 @@ def measure_cards(
     progress: Progress = NO_PROGRESS,
     notify: Callable[[str], None] = lambda note: None,
 ) -> Cards:
-    """Every head's card of ``lm`` as ``request`` asks (the module docstring)."""
+    """Every head's card of ``lm`` as ``request`` asks (the module docstring); ``notify``
+    hears each note (a task's prompts dropped, a roles run not used), kept in the result too."""
+    notes: list[str] = []
+
+    def note(line: str) -> None:
+        notes.append(line)
+        notify(line)
+
     skipped: dict[str, str] = {}
-    roles, roles_from, measured = _roles(lm, request, progress, notify)
+    roles, roles_from, measured = _roles(lm, request, progress, note)
     if roles is None:
         skipped["roles"] = "--no-roles"
     sample: list[list[str]] = []
@@ -538,7 +546,7 @@ def measure_cards(
         with stage(progress, "top examples", request.examples, "sentences"):
             gold = read_treebank(sample_path("treebank"), limit=request.examples)
             sample, examples = top_examples(lm, [list(s.words) for s in gold.sentences])
-    patching, dla, why = _task_effects(lm, request, progress, notify)
+    patching, dla, why = _task_effects(lm, request, progress, note)
     skipped.update(why)
     skipped.update(
         {part: f"--no-{part}" for part in ("patch", "dla") if getattr(request, f"no_{part}")}
@@ -598,6 +606,7 @@ def measure_cards(
         commands=commands,
         skipped=skipped,
         cards=cards,
+        notes=notes,
         sample=sample,
         roles_from=roles_from,
         roles_measured=roles if measured else None,

@@ -167,6 +167,22 @@ def test_every_position_is_headlab_patch_at_every_position(
     assert data["skipped"]["roles"] == "--no-roles" and "looks.roles" not in data["commands"]
 
 
+def test_the_ioi_class_is_headlab_circuits(
+    llama: LoadedModel, llama_folder: Path, llama_cards: dict[str, Any]
+) -> None:
+    from headlab.causal.request import patch_task
+    from headlab.experiments.head_classes import head_classes, roles_by_head
+
+    asked = PatchRequest(model=str(llama_folder), task="ioi", n=N)
+    heads = [(layer, head) for layer in range(2) for head in range(4)]
+    roles = RolesRequest(limit=LIMIT).run(llama).to_json()
+    known = roles_by_head(roles, [4, 4])
+    classes, shaped = head_classes(llama, patch_task(llama, asked), heads, roles=known, paths=False)
+    assert shaped
+    assert _grid(llama_cards, lambda c: c["does"]["ioi_class"]) == [classes[h] for h in heads]
+    assert "does.ioi_class" in llama_cards["commands"]
+
+
 def test_reads_are_headlab_compose(
     llama: LoadedModel, llama_folder: Path, llama_cards: dict[str, Any]
 ) -> None:
@@ -296,6 +312,10 @@ def test_the_verdict_says_both_where_attention_and_effect_disagree() -> None:
     assert line.startswith("looks like a delimiter head (0.71 against 0.30, 5/5 folds), acts "
                            "like an induction head: carries 36% of the induction task")  # fmt: skip
     assert "reads its keys from 2.0 (a previous-token head), 3.0x baseline" in line
+    mover = _card("sink", {"ioi": 0.51})
+    mover["does"]["ioi_class"] = {"class": "name mover"}
+    assert verdict(mover, {}).startswith("looks like a sink head (0.71 against 0.30), acts like "
+                                         "a name mover head: carries 51% of the ioi task")  # fmt: skip
     # patched at every position, a previous-token head carries induction too: no role inferred
     fed = verdict(_card("previous-token", {"induction": 0.36}), sender, position="all")
     assert fed.startswith("previous-token head (0.71 against 0.30): carries 36% of the induction")

@@ -49,6 +49,7 @@ from headlab.causal.request import (
 from headlab.datasets import read_treebank, sample_path
 from headlab.errors import DataFormatError, HeadlabError, InputError
 from headlab.experiments.card_verdict import VERDICT_RULES, verdict
+from headlab.experiments.head_classes import head_classes, roles_by_head
 from headlab.layout.costs import compute_spec
 from headlab.layout.sheet import DEFAULT_CONTEXT
 from headlab.models.analysis import word_attention
@@ -248,23 +249,30 @@ def _roles(
 
 
 def _task_effects(
-    lm: LoadedModel, request: CardsRequest, progress: Progress, notify: Callable[[str], None]
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, str]]:
+    lm: LoadedModel,
+    request: CardsRequest,
+    progress: Progress,
+    notify: Callable[[str], None],
+    roles: dict[str, Any] | None,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[Any, Any], dict[str, str]]:
     """Each task's patching effects and direct logit attribution ``(L, H)``, as ``headlab
-    patch`` (``--no-layers``) and ``headlab patch --method dla`` measure them; why not, per
-    part."""
+    patch`` (``--no-layers``) and ``headlab patch --method dla`` measure them; with DLA on IOI,
+    each head's IOI class as ``headlab circuit`` names a circuit's heads
+    (:func:`~headlab.experiments.head_classes.head_classes`, every head, without path
+    patching; ``roles`` as its evidence); why not, per part."""
     patching: dict[str, torch.Tensor] = {}
     dla: dict[str, torch.Tensor] = {}
+    classes: dict[Any, Any] = {}
     skipped: dict[str, str] = {}
     wanted = [
         part for part, off in (("patch", request.no_patch), ("dla", request.no_dla)) if not off
     ]
     if not wanted:
-        return patching, dla, skipped
+        return patching, dla, classes, skipped
     head = getattr(lm.model, "get_output_embeddings", lambda: None)()
     if not lm.causal or head is None:
         why = "patching reads next-token logits: not a causal language model with its head"
-        return patching, dla, dict.fromkeys(wanted, why)
+        return patching, dla, classes, dict.fromkeys(wanted, why)
     for name in request.tasks:
         asked = PatchRequest(
             model=request.model,
@@ -281,7 +289,13 @@ def _task_effects(
             patching[name] = run_patch(lm, task, asked, progress=progress).effects
         if "dla" in wanted:
             dla[name] = run_patch(lm, task, replace(asked, method="dla"), progress=progress).dla
-    return patching, dla, skipped
+        if "dla" in wanted and name == "ioi":
+            heads = [(i, h) for i, n in enumerate(lm.layout.heads_per_layer) for h in range(n)]
+            known = None if roles is None else roles_by_head(roles, list(lm.layout.heads_per_layer))
+            classes, shaped = head_classes(lm, task, heads, roles=known, paths=False)
+            if not shaped:
+                classes = {}
+    return patching, dla, classes, skipped
 
 
 def _senders(lm: LoadedModel) -> dict[tuple[int, int], dict[str, list[dict[str, Any]]]]:
@@ -308,7 +322,10 @@ def _senders(lm: LoadedModel) -> dict[tuple[int, int], dict[str, list[dict[str, 
 
 
 def top_examples(
-    lm: LoadedModel, sentences: list[list[str]], k: int = TOP_EXAMPLES
+    lm: LoadedModel,
+    sentences: list[list[str]],
+    k: int = TOP_EXAMPLES,
+    progress: Progress = NO_PROGRESS,
 ) -> tuple[list[list[str]], dict[tuple[int, int], list[dict[str, Any]]]]:
     """Each head's ``k`` sentences where its attention is most concentrated away from the
     sink: in each sentence its largest word-level weight (:func:`~headlab.models.analysis.
@@ -339,6 +356,7 @@ def top_examples(
                     found.setdefault((layer, head), []).append(
                         {"sentence": index, "query": at // width, "key": at % width, "weight": w}
                     )
+        progress.advance()
     top = {h: sorted(rows, key=lambda r: -r["weight"])[:k] for h, rows in found.items()}
     return words_of, top
 
@@ -410,6 +428,12 @@ def _commands(
             f"headlab patch --model {model} --task {task} {draw} --position {request.position} "
             "--no-layers --json"
         )
+        if task == "ioi":
+            out["does.ioi_class"] = (
+                "python: headlab.experiments.head_classes.head_classes(lm, task, every head, "
+                "roles=the roles run, paths=False) (headlab circuit's classes) on the prompts "
+                f"of headlab patch --model {model} --task ioi {draw}"
+            )
         out[f"writes.dla.{task}"] = (
             f"headlab patch --model {model} --task {task} --method dla {draw} --json"
         )
@@ -417,7 +441,7 @@ def _commands(
         "roles": ("looks.roles",),
         "compose": ("reads.",),
         "patch": ("does.patching.",),
-        "dla": ("writes.dla.",),
+        "dla": ("writes.dla.", "does.ioi_class"),
         "importance": ("costs.importance",),
         "writes": ("writes.promoted", "writes.suppressed", "writes.copying"),
     }
@@ -454,6 +478,7 @@ class _Measured:
     copying: torch.Tensor | None
     dla: dict[str, torch.Tensor]
     patching: dict[str, torch.Tensor]
+    classes: dict[tuple[int, int], dict[str, Any]]
     flops: list[float]
     kv: list[float] | None
     importance: torch.Tensor | None
@@ -495,7 +520,10 @@ def _card(lm: LoadedModel, m: _Measured, layer: int, head: int) -> dict[str, Any
             "copying": _value(m.copying, layer, head),
             "dla": {t: _value(v, layer, head) for t, v in m.dla.items()},
         },
-        "does": {"patching": {t: _value(v, layer, head) for t, v in m.patching.items()}},
+        "does": {
+            "patching": {t: _value(v, layer, head) for t, v in m.patching.items()},
+            "ioi_class": m.classes.get((layer, head)),
+        },
         "costs": {
             "flops_share": m.flops[layer],
             "kv_share": None if m.kv is None else m.kv[layer],  # an encoder keeps none
@@ -543,10 +571,12 @@ def measure_cards(
     sample: list[list[str]] = []
     examples = None
     if request.examples:
-        with stage(progress, "top examples", request.examples, "sentences"):
+        with stage(progress, "top examples", request.examples, "sentences") as bar:
             gold = read_treebank(sample_path("treebank"), limit=request.examples)
-            sample, examples = top_examples(lm, [list(s.words) for s in gold.sentences])
-    patching, dla, why = _task_effects(lm, request, progress, note)
+            sample, examples = top_examples(
+                lm, [list(s.words) for s in gold.sentences], progress=bar
+            )
+    patching, dla, classes, why = _task_effects(lm, request, progress, note, roles)
     skipped.update(why)
     skipped.update(
         {part: f"--no-{part}" for part in ("patch", "dla") if getattr(request, f"no_{part}")}
@@ -570,6 +600,7 @@ def measure_cards(
         copying=copying,
         dla=dla,
         patching=patching,
+        classes=classes,
         flops=flops,
         kv=kv if lm.causal else None,
         importance=importance,

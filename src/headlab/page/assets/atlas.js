@@ -215,8 +215,15 @@ function doesPart(c) {
     box.appendChild(el("p", { class: "muted" }, "not patched (" + (data.skipped.patch || "") + ")"));
     return box;
   }
-  box.appendChild(rowsTable(["task", "activation-patching effect"], entries.map(([t, v]) => [t, pctOf(v)]), [1]));
+  box.appendChild(rowsTable(["task", "activation-patching effect (" + data.settings.position + " position)"],
+    entries.map(([t, v]) => [t, pctOf(v)]), [1]));
   box.appendChild(cmd("does.patching." + entries[0][0]));
+  const named = c.does.ioi_class;
+  if (named) {
+    box.appendChild(rowsTable(["IOI class (as headlab circuit names heads)", "attends end \u2192 IO", "end \u2192 S", "copies the IO"],
+      [[named.class, num(named.end_to_io, 3), num(named.end_to_s, 3), num(named.copying, 2)]], [1, 2, 3]));
+    box.appendChild(cmd("does.ioi_class"));
+  }
   return box;
 }
 function costsPart(c) {

@@ -360,6 +360,7 @@ def test_the_command_prints_the_cards(
         (["--roles", "/nonexistent/roles.json"], "cannot read roles file"),
         (["--tasks", ""], "--tasks"),
         (["--position", "first"], "--position"),
+        (["--roles", "r.json", "--limit", "5"], "--limit has no effect here: --roles"),
     ],
 )
 def test_bad_input_is_one_line_before_the_model_loads(

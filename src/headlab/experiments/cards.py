@@ -147,6 +147,8 @@ class CardsRequest:
             raise InputError(f"--examples must be 0 to 10000, got {self.examples}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit must be at least 1, got {self.limit}")
+        if self.roles and self.limit is not None:
+            raise InputError("--limit has no effect here: --roles gives the roles run")
         if self.no_roles and (self.roles or self.limit is not None):
             flag = "--roles" if self.roles else "--limit"
             raise InputError(f"{flag} has no effect here: --no-roles leaves the roles out")
@@ -226,20 +228,21 @@ def _roles(
     heads = list(lm.layout.heads_per_layer)
     path = Path(request.roles) if request.roles else cached_roles_path(lm.name)
     if request.limit is None and path.is_file():  # --limit asks for a run measured here
+        data: dict[str, Any] | None = None
         try:
             data = read_roles_json(path)
         except (InputError, DataFormatError) as exc:
             if request.roles:
                 raise
-            data, why = None, str(exc)
+            why = str(exc)
         else:
             theirs = data.get("heads_in_layer")
-            why = None
+            why = ""
             if theirs is not None and list(theirs) != heads:
                 why = f"its heads per layer {list(theirs)} are not the model's {heads}"
                 if request.roles:
                     raise InputError(f"--roles {path}: {why}")
-        if data is not None and why is None:
+        if data is not None and not why:
             if data["model"] != lm.name:
                 notify(f"the roles run {path} was measured on {data['model']!r}; heads match")
             return data, str(path), False

@@ -15,9 +15,11 @@ from tests.models.tiny import build
 
 from headlab.causal.request import ComposeRequest, PatchRequest
 from headlab.cli import main
+from headlab.datasets import read_treebank, sample_path
 from headlab.experiments.card_verdict import CARRIES, verdict
-from headlab.experiments.cards import SCHEMA, Cards, CardsRequest
+from headlab.experiments.cards import EXAMPLE_SENTENCES, SCHEMA, Cards, CardsRequest
 from headlab.layout.costs import compute_spec
+from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel, load
 from headlab.pruning.importance import gradient_importance
 from headlab.pruning.inputs import build_metrics
@@ -68,12 +70,24 @@ def _grid(data: dict[str, Any], get: Any) -> list[Any]:
     return [get(card) for card in data["cards"]]
 
 
+def _roles(card: dict[str, Any]) -> dict[str, Any]:
+    """A card's roles-run entry, its top examples aside."""
+    return {k: v for k, v in card["looks"].items() if k != "examples"}
+
+
 def test_every_head_has_a_card_and_every_field_its_command(llama_cards: dict[str, Any]) -> None:
     data = llama_cards
     assert data["schema"] == SCHEMA
     assert [c["id"] for c in data["cards"]] == [f"{l}.{h}" for l in range(2) for h in range(4)]  # noqa: E741
     assert data["skipped"] == {}
-    for key in ("looks", "reads.k", "writes.promoted", "writes.copying", "costs.importance"):
+    for key in (
+        "looks.roles",
+        "looks.examples",
+        "reads.k",
+        "writes.promoted",
+        "writes.copying",
+        "costs.importance",
+    ):
         assert key in data["commands"]
     for task in ("ioi", "induction"):
         assert data["commands"][f"does.patching.{task}"].endswith(
@@ -85,8 +99,32 @@ def test_every_head_has_a_card_and_every_field_its_command(llama_cards: dict[str
 
 def test_looks_is_the_roles_run(llama: LoadedModel, llama_cards: dict[str, Any]) -> None:
     roles = RolesRequest(limit=LIMIT).run(llama).to_json()
-    assert _grid(llama_cards, lambda c: c["looks"]) == roles["heads"]
+    assert _grid(llama_cards, _roles) == roles["heads"]
     assert llama_cards["roles_from"] == "measured"
+
+
+def test_top_examples_are_the_strongest_attention_off_the_sink(
+    llama: LoadedModel, llama_cards: dict[str, Any]
+) -> None:
+    sentences = read_treebank(sample_path("treebank"), limit=EXAMPLE_SENTENCES).sentences
+    seen = [word_attention(llama, words=list(s.words)) for s in sentences]
+    assert llama_cards["sample"] == [list(a.alignment.words) for a in seen]
+    for layer, head in ((0, 1), (1, 3)):
+        best = []  # per sentence: the largest weight, query and key not special, key not the sink
+        for index, att in enumerate(seen):
+            special, p = att.alignment.is_special, att.patterns[layer][head]
+            top = None
+            for q in range(p.shape[0]):
+                for k in range(p.shape[1]):
+                    if special[q] or special[k] or k == att.sink:
+                        continue
+                    w = float(p[q, k].double())
+                    if top is None or w > top["weight"]:
+                        top = {"sentence": index, "query": q, "key": k, "weight": w}
+            if top is not None:
+                best.append(top)
+        best.sort(key=lambda r: -r["weight"])
+        assert llama_cards["cards"][4 * layer + head]["looks"]["examples"] == best[:3]
 
 
 def test_patching_and_dla_are_headlab_patch(
@@ -125,7 +163,24 @@ def test_every_position_is_headlab_patch_at_every_position(
         h["effect"] for h in patch.run(llama).to_json()["heads"]
     ]
     assert "--position all" in data["commands"]["does.patching.induction"]
-    assert data["cards"][0]["looks"] is None and data["skipped"]["roles"] == "--no-roles"
+    assert data["cards"][0]["looks"] == {"examples": data["cards"][0]["looks"]["examples"]}
+    assert data["skipped"]["roles"] == "--no-roles" and "looks.roles" not in data["commands"]
+
+
+def test_the_ioi_class_is_headlab_circuits(
+    llama: LoadedModel, llama_folder: Path, llama_cards: dict[str, Any]
+) -> None:
+    from headlab.causal.request import patch_task
+    from headlab.experiments.head_classes import head_classes, roles_by_head
+
+    asked = PatchRequest(model=str(llama_folder), task="ioi", n=N)
+    heads = [(layer, head) for layer in range(2) for head in range(4)]
+    roles = RolesRequest(limit=LIMIT).run(llama).to_json()
+    known = roles_by_head(roles, [4, 4])
+    classes, shaped = head_classes(llama, patch_task(llama, asked), heads, roles=known, paths=False)
+    assert shaped
+    assert _grid(llama_cards, lambda c: c["does"]["ioi_class"]) == [classes[h] for h in heads]
+    assert "does.ioi_class" in llama_cards["commands"]
 
 
 def test_reads_are_headlab_compose(
@@ -216,7 +271,7 @@ def test_a_cached_roles_run_is_read_and_parts_can_be_left_out(
     )  # fmt: skip
     data = asked.run(llama).to_json()
     assert data["roles_from"] == str(roles)
-    assert _grid(data, lambda c: c["looks"]) == run["heads"]
+    assert _grid(data, _roles) == run["heads"]
     assert set(data["skipped"]) == {"patch", "dla", "compose", "importance"}
     assert not any(k.startswith(("does.", "writes.dla", "reads.")) for k in data["commands"])
     assert all(c["reads"] is None and c["does"]["patching"] == {} for c in data["cards"])
@@ -236,7 +291,7 @@ def test_an_encoder_card_has_no_task_but_stsb_importance(
         float(scores[c["layer"], c["head"]]) for c in data["cards"]
     ]
     roles = RolesRequest(limit=LIMIT).run(lm).to_json()
-    assert _grid(data, lambda c: c["looks"]) == roles["heads"]
+    assert _grid(data, _roles) == roles["heads"]
 
 
 def _card(role: str | None, patching: dict[str, float], **writes: Any) -> dict[str, Any]:
@@ -257,6 +312,10 @@ def test_the_verdict_says_both_where_attention_and_effect_disagree() -> None:
     assert line.startswith("looks like a delimiter head (0.71 against 0.30, 5/5 folds), acts "
                            "like an induction head: carries 36% of the induction task")  # fmt: skip
     assert "reads its keys from 2.0 (a previous-token head), 3.0x baseline" in line
+    mover = _card("sink", {"ioi": 0.51})
+    mover["does"]["ioi_class"] = {"class": "name mover"}
+    assert verdict(mover, {}).startswith("looks like a sink head (0.71 against 0.30), acts like "
+                                         "a name mover head: carries 51% of the ioi task")  # fmt: skip
     # patched at every position, a previous-token head carries induction too: no role inferred
     fed = verdict(_card("previous-token", {"induction": 0.36}), sender, position="all")
     assert fed.startswith("previous-token head (0.71 against 0.30): carries 36% of the induction")
@@ -272,7 +331,7 @@ def test_the_verdict_says_both_where_attention_and_effect_disagree() -> None:
 
 
 def test_the_command_prints_the_cards(
-    llama_folder: Path, cache: None, capsys: pytest.CaptureFixture[str]
+    llama: LoadedModel, llama_folder: Path, cache: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["cards", "--model", str(llama_folder), "--limit", str(LIMIT), "--n", "4", "-q"]
     assert main([*argv, "--json", "--tasks", "induction", "--no-importance"]) == 0
@@ -280,7 +339,14 @@ def test_the_command_prints_the_cards(
     assert data["settings"]["tasks"] == ["induction"] and len(data["cards"]) == 8
     from headlab.cache import cached_roles_path
 
-    assert cached_roles_path(data["model"]).is_file()  # kept, as headlab roles keeps its run
+    cached = cached_roles_path(data["model"])
+    assert cached.is_file()  # kept, as headlab roles keeps its run
+    quick = {"no_patch": True, "no_dla": True, "no_compose": True, "no_importance": True,
+             "examples": 0}  # fmt: skip
+    read = CardsRequest(model=str(llama_folder), **quick).run(llama).to_json()
+    assert read["roles_from"] == str(cached)  # the cached run, read
+    again = CardsRequest(model=str(llama_folder), limit=5, **quick).run(llama).to_json()
+    assert again["roles_from"] == "measured"  # --limit asks for a run measured here
     assert main([*argv, "--no-patch", "--no-dla"]) == 0
     out = capsys.readouterr().out
     assert "verdict" in out and "1.3" in out
@@ -294,6 +360,7 @@ def test_the_command_prints_the_cards(
         (["--roles", "/nonexistent/roles.json"], "cannot read roles file"),
         (["--tasks", ""], "--tasks"),
         (["--position", "first"], "--position"),
+        (["--roles", "r.json", "--limit", "5"], "--limit has no effect here: --roles"),
     ],
 )
 def test_bad_input_is_one_line_before_the_model_loads(

@@ -112,6 +112,11 @@ def test_opens_offline_on_the_permalink_and_every_card_is_reachable(
     effect = data["cards"][5]["does"]["patching"]["ioi"]
     assert f"{100 * effect:.2f}%" in text
     assert XSS in text  # a token shows as text
+    examples = data["cards"][5]["looks"]["examples"]
+    assert page.locator("#card .example").count() == len(examples) > 0
+    first = examples[0]
+    key = data["sample"][first["sentence"]][first["key"]]
+    assert page.locator("#card .example >> nth=0").locator("span.k").first.text_content() == key
     page.screenshot(path=str(tmp_path / "atlas.png"), full_page=True)
     assert (tmp_path / "atlas.png").stat().st_size > 10_000
 

@@ -45,7 +45,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--limit",
         type=integer(1, 10_000_000),
-        help="sentences of a roles run measured here (default: the whole bundled sample)",
+        help="measure the roles here on this many sentences, the cached run aside (default: "
+        "the cached run, else the whole bundled sample)",
     )
     p.add_argument(
         "--tasks",
@@ -66,6 +67,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--top", type=integer(1, 100), default=5, help="tokens promoted and suppressed listed"
+    )
+    p.add_argument(
+        "--examples",
+        type=integer(0, 10_000),
+        default=40,
+        help="UD EWT sentences searched for each head's top 3 examples (default 40; 0: none)",
     )
     for part, what in (
         ("roles", "the roles (no roles run read or measured)"),

@@ -23,13 +23,18 @@ COPIES = 0.5
 COMPOSES = 2.0
 #: the role a task's carriers act as, where the task has one
 TASK_ROLES = {"induction": "induction"}
+#: the IOI classes of ``headlab circuit`` that name what a head does (from its DLA)
+CAUSAL_CLASSES = ("name mover", "negative name mover")
 #: the rules, in the order the verdict says them
 VERDICT_RULES = [
     "role: the head's role in the roles run (unclassified: none), with its score against its "
     "bar and, with folds, how many folds agree",
     f"carries: each built-in task whose activation-patching effect is >= {CARRIES} (as a share "
     "of the task's logit difference), largest first",
-    "acts like: patched at the last position, a carried task's role (the induction task: an "
+    "acts like: its IOI class as headlab circuit names a circuit's heads, where that class "
+    "rests on its direct effect (name mover: positive DLA >= 0.1 of the largest, attends to the "
+    "indirect object and copies it; negative name mover: the same attention, negative DLA); "
+    "else, patched at the last position, a carried task's role (the induction task: an "
     "induction head); when the roles run names another role, the verdict says both: 'looks "
     "like a R head, acts like a T head'. Patched at every position, a task's carriers include "
     "the heads that feed its role's heads (the previous-token heads of induction): no role is "
@@ -110,8 +115,9 @@ def verdict(
     or ``"all"``)."""
     clauses, carried = _clauses(card, by_id, largest_dla or {})
     role = _role(card)
-    acts = None
-    if position == "last":  # at every position, a role's feeders carry its task too
+    ioi_class = (card["does"].get("ioi_class") or {}).get("class")
+    acts = ioi_class if ioi_class in CAUSAL_CLASSES else None
+    if acts is None and position == "last":  # at every position, a role's feeders carry too
         acts = next((TASK_ROLES[t] for t, _ in carried if t in TASK_ROLES), None)
     looks = card.get("looks") or {}
     if role and acts and role != acts:
@@ -119,10 +125,10 @@ def verdict(
     elif role:
         first = f"{role} head{_role_phrase(looks, folds)}"
     elif acts:
-        named = "its attention names no role" if card.get("looks") else "no roles run"
+        named = "its attention names no role" if "role" in looks else "no roles run"
         first = f"acts like {_a(acts)} head ({named})"
     elif clauses:
-        first = "no attention role" if card.get("looks") else "no roles run"
+        first = "no attention role" if "role" in looks else "no roles run"
     else:
         return "unexplained: no attention role, no effect or weight pattern past the rules' bars"
     return f"{first}: {', '.join(clauses)}" if clauses else first
@@ -134,7 +140,7 @@ def cards_text(data: dict[str, Any]) -> list[Part]:
     tasks = list(data["settings"]["tasks"]) if "patch" not in data["skipped"] else []
     rows = []
     for card in data["cards"]:
-        role = _role(card) or ("-" if card["looks"] is None else "unclassified")
+        role = _role(card) or ("unclassified" if "role" in (card["looks"] or {}) else "-")
         effects = [card["does"]["patching"].get(t) for t in tasks]
         copying = card["writes"]["copying"]
         promoted = card["writes"]["promoted"] or []

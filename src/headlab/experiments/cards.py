@@ -45,10 +45,13 @@ from headlab.causal.request import (
     patch_task,
     run_patch,
 )
+from headlab.datasets import read_treebank, sample_path
 from headlab.errors import DataFormatError, HeadlabError, InputError
 from headlab.experiments.card_verdict import VERDICT_RULES, verdict
+from headlab.experiments.head_classes import head_classes, roles_by_head
 from headlab.layout.costs import compute_spec
 from headlab.layout.sheet import DEFAULT_CONTEXT
+from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
 from headlab.outputs import check_files, write_text_atomic
@@ -70,6 +73,10 @@ N_PROMPTS = 24
 TOP_TOKENS = 5
 #: senders listed per head and kind of composition
 TOP_SENDERS = 3
+#: sentences of the bundled UD EWT sample searched for each head's top examples
+EXAMPLE_SENTENCES = 40
+#: top examples kept per head
+TOP_EXAMPLES = 3
 #: where heads are patched (``headlab patch --position``)
 POSITIONS = ("last", "all")
 #: the parts a request may leave out, each its own ``--no-PART`` flag
@@ -85,12 +92,15 @@ class CardsRequest:
         model: any model headlab opens (default: the bundled SmolLM2).
         roles: a ``headlab roles --json`` run of the model (default: its cached run, else one
             measured here).
-        limit: sentences of a roles run measured here (``None``: all of the bundled sample).
+        limit: measure the roles here on this many sentences, the cached run aside
+            (``None``: all of the bundled sample, when no run is given or cached).
         tasks: the built-in tasks patched (causal language models with their head).
         n, seed: prompts drawn per task, and their seed.
         position: where each head is patched: ``"last"`` (the default: the last token, where
             the answer is read; about 6x faster than every position on SmolLM2) or ``"all"``.
         top: tokens promoted and suppressed listed per head.
+        examples: sentences of the bundled UD EWT sample searched for each head's
+            :data:`TOP_EXAMPLES` top examples (:func:`top_examples`; 0: none).
         no_roles, no_patch, no_dla, no_compose, no_importance: leave that part out.
         html: the offline atlas of the cards to write (:meth:`Cards.write`).
 
@@ -107,6 +117,7 @@ class CardsRequest:
     seed: int = 0
     position: str = "last"
     top: int = TOP_TOKENS
+    examples: int = EXAMPLE_SENTENCES
     no_roles: bool = False
     no_patch: bool = False
     no_dla: bool = False
@@ -131,8 +142,12 @@ class CardsRequest:
             raise InputError(f"--n must be at least 1, got {self.n}")
         if not 1 <= self.top <= 100:
             raise InputError(f"--top must be 1 to 100, got {self.top}")
+        if not 0 <= self.examples <= 10_000:
+            raise InputError(f"--examples must be 0 to 10000, got {self.examples}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit must be at least 1, got {self.limit}")
+        if self.roles and self.limit is not None:
+            raise InputError("--limit has no effect here: --roles gives the roles run")
         if self.no_roles and (self.roles or self.limit is not None):
             flag = "--roles" if self.roles else "--limit"
             raise InputError(f"{flag} has no effect here: --no-roles leaves the roles out")
@@ -167,6 +182,8 @@ class Cards:
     skipped: dict[str, str]
     cards: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    #: the sentences of the top examples, as the model's words (``looks.examples`` index them)
+    sample: list[list[str]] = field(default_factory=list)
     roles_from: str | None = None
     roles_measured: dict[str, Any] | None = None
 
@@ -188,6 +205,7 @@ class Cards:
             "skipped": self.skipped,
             "rules": VERDICT_RULES,
             "notes": self.notes,
+            "sample": self.sample,
             "cards": self.cards,
         }
 
@@ -208,21 +226,22 @@ def _roles(
         return None, None, False
     heads = list(lm.layout.heads_per_layer)
     path = Path(request.roles) if request.roles else cached_roles_path(lm.name)
-    if path.is_file():
+    if request.limit is None and path.is_file():  # --limit asks for a run measured here
+        data: dict[str, Any] | None = None
         try:
             data = read_roles_json(path)
         except (InputError, DataFormatError) as exc:
             if request.roles:
                 raise
-            data, why = None, str(exc)
+            why = str(exc)
         else:
             theirs = data.get("heads_in_layer")
-            why = None
+            why = ""
             if theirs is not None and list(theirs) != heads:
                 why = f"its heads per layer {list(theirs)} are not the model's {heads}"
                 if request.roles:
                     raise InputError(f"--roles {path}: {why}")
-        if data is not None and why is None:
+        if data is not None and not why:
             if data["model"] != lm.name:
                 notify(f"the roles run {path} was measured on {data['model']!r}; heads match")
             return data, str(path), False
@@ -232,23 +251,30 @@ def _roles(
 
 
 def _task_effects(
-    lm: LoadedModel, request: CardsRequest, progress: Progress, notify: Callable[[str], None]
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, str]]:
+    lm: LoadedModel,
+    request: CardsRequest,
+    progress: Progress,
+    notify: Callable[[str], None],
+    roles: dict[str, Any] | None,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[Any, Any], dict[str, str]]:
     """Each task's patching effects and direct logit attribution ``(L, H)``, as ``headlab
-    patch`` (``--no-layers``) and ``headlab patch --method dla`` measure them; why not, per
-    part."""
+    patch`` (``--no-layers``) and ``headlab patch --method dla`` measure them; with DLA on IOI,
+    each head's IOI class as ``headlab circuit`` names a circuit's heads
+    (:func:`~headlab.experiments.head_classes.head_classes`, every head, without path
+    patching; ``roles`` as its evidence); why not, per part."""
     patching: dict[str, torch.Tensor] = {}
     dla: dict[str, torch.Tensor] = {}
+    classes: dict[Any, Any] = {}
     skipped: dict[str, str] = {}
     wanted = [
         part for part, off in (("patch", request.no_patch), ("dla", request.no_dla)) if not off
     ]
     if not wanted:
-        return patching, dla, skipped
+        return patching, dla, classes, skipped
     head = getattr(lm.model, "get_output_embeddings", lambda: None)()
     if not lm.causal or head is None:
         why = "patching reads next-token logits: not a causal language model with its head"
-        return patching, dla, dict.fromkeys(wanted, why)
+        return patching, dla, classes, dict.fromkeys(wanted, why)
     for name in request.tasks:
         asked = PatchRequest(
             model=request.model,
@@ -265,7 +291,13 @@ def _task_effects(
             patching[name] = run_patch(lm, task, asked, progress=progress).effects
         if "dla" in wanted:
             dla[name] = run_patch(lm, task, replace(asked, method="dla"), progress=progress).dla
-    return patching, dla, skipped
+        if "dla" in wanted and name == "ioi":
+            heads = [(i, h) for i, n in enumerate(lm.layout.heads_per_layer) for h in range(n)]
+            known = None if roles is None else roles_by_head(roles, list(lm.layout.heads_per_layer))
+            classes, shaped = head_classes(lm, task, heads, roles=known, paths=False)
+            if not shaped:
+                classes = {}
+    return patching, dla, classes, skipped
 
 
 def _senders(lm: LoadedModel) -> dict[tuple[int, int], dict[str, list[dict[str, Any]]]]:
@@ -289,6 +321,46 @@ def _senders(lm: LoadedModel) -> dict[tuple[int, int], dict[str, list[dict[str, 
                     for s in found["senders"]
                 ]
     return out
+
+
+def top_examples(
+    lm: LoadedModel,
+    sentences: list[list[str]],
+    k: int = TOP_EXAMPLES,
+    progress: Progress = NO_PROGRESS,
+) -> tuple[list[list[str]], dict[tuple[int, int], list[dict[str, Any]]]]:
+    """Each head's ``k`` sentences where its attention is most concentrated away from the
+    sink: in each sentence its largest word-level weight (:func:`~headlab.models.analysis.
+    word_attention`) from a query word to a key word, neither a special token, the key not the
+    attention sink; the ``k`` sentences where that weight is largest, strongest first.
+
+    Returns:
+        every sentence's words as the model reads them (special tokens included), and per head
+        ``[{"sentence", "query", "key", "weight"}]`` (indices into those words).
+    """
+    words_of: list[list[str]] = []
+    found: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for index, words in enumerate(sentences):
+        seen = word_attention(lm, words=words)
+        aligned = seen.alignment
+        words_of.append(list(aligned.words))
+        special = torch.tensor(aligned.is_special)
+        for layer, pattern in seen.patterns.items():  # (H, W, W)
+            p = pattern.double().clone()
+            p[:, special, :] = -1.0
+            p[:, :, special] = -1.0
+            if seen.sink is not None:  # the sink set apart (its own row then holds nothing)
+                p[:, :, seen.sink] = -1.0
+            width = p.shape[-1]
+            weight, where = p.flatten(1).max(-1)  # (H,)
+            for head, (w, at) in enumerate(zip(weight.tolist(), where.tolist(), strict=True)):
+                if w > 0:
+                    found.setdefault((layer, head), []).append(
+                        {"sentence": index, "query": at // width, "key": at % width, "weight": w}
+                    )
+        progress.advance()
+    top = {h: sorted(rows, key=lambda r: -r["weight"])[:k] for h, rows in found.items()}
+    return words_of, top
 
 
 def _importance(lm: LoadedModel) -> torch.Tensor:
@@ -332,12 +404,15 @@ def _commands(
     elif roles_from not in (None, "measured"):
         roles += f" (read from {roles_from})"
     out = {
-        "looks": roles,
+        "looks.roles": roles,
         **{
             f"reads.{kind}": f"headlab compose --model {model} --receivers L.H --kind {kind} "
             f"--top {TOP_SENDERS} --json"
             for kind in KINDS
         },
+        "looks.examples": "python: headlab.experiments.cards.top_examples(lm, the first "
+        f"{request.examples} sentences of the bundled UD EWT sample) (over "
+        "headlab.models.analysis.word_attention)",
         "writes.promoted": f"python: headlab.roles.copying.written_tokens(lm, k={request.top})",
         "writes.suppressed": f"python: headlab.roles.copying.written_tokens(lm, k={request.top})",
         "writes.copying": f"{roles} (scores.copying); python: "
@@ -355,14 +430,20 @@ def _commands(
             f"headlab patch --model {model} --task {task} {draw} --position {request.position} "
             "--no-layers --json"
         )
+        if task == "ioi":
+            out["does.ioi_class"] = (
+                "python: headlab.experiments.head_classes.head_classes(lm, task, every head, "
+                "roles=the roles run, paths=False) (headlab circuit's classes) on the prompts "
+                f"of headlab patch --model {model} --task ioi {draw}"
+            )
         out[f"writes.dla.{task}"] = (
             f"headlab patch --model {model} --task {task} --method dla {draw} --json"
         )
     parts = {
-        "roles": ("looks",),
+        "roles": ("looks.roles",),
         "compose": ("reads.",),
         "patch": ("does.patching.",),
-        "dla": ("writes.dla.",),
+        "dla": ("writes.dla.", "does.ioi_class"),
         "importance": ("costs.importance",),
         "writes": ("writes.promoted", "writes.suppressed", "writes.copying"),
     }
@@ -388,6 +469,88 @@ def _tokens(lm: LoadedModel, ids: torch.Tensor, logits: torch.Tensor) -> list[di
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Measured:
+    """Every part measured, per head where it is per head (``None``: left out)."""
+
+    roles: dict[tuple[int, int], dict[str, Any]]
+    examples: dict[tuple[int, int], list[dict[str, Any]]] | None
+    senders: dict[tuple[int, int], dict[str, list[dict[str, Any]]]] | None
+    written: Any
+    copying: torch.Tensor | None
+    dla: dict[str, torch.Tensor]
+    patching: dict[str, torch.Tensor]
+    classes: dict[tuple[int, int], dict[str, Any]]
+    flops: list[float]
+    kv: list[float] | None
+    importance: torch.Tensor | None
+    ranks: torch.Tensor | None
+
+
+def _ranks(importance: torch.Tensor | None) -> torch.Tensor | None:
+    """``(L, H)``: each head's rank by importance among all heads, 1 the most important."""
+    if importance is None:
+        return None
+    order = importance.nan_to_num(float("-inf")).flatten().argsort(descending=True)
+    ranks = torch.empty_like(order)
+    ranks[order] = torch.arange(1, order.numel() + 1)
+    return ranks.view(importance.shape)
+
+
+def _card(lm: LoadedModel, m: _Measured, layer: int, head: int) -> dict[str, Any]:
+    """Head ``layer.head``'s card, its verdict to come."""
+    w = m.written
+    looks = m.roles.get((layer, head))
+    if looks is not None and m.examples is not None:
+        looks = {**looks, "examples": m.examples.get((layer, head), [])}
+    elif m.examples is not None:
+        looks = {"examples": m.examples.get((layer, head), [])}
+    return {
+        "id": f"{layer}.{head}",
+        "layer": layer,
+        "head": head,
+        "looks": looks,
+        "reads": None if m.senders is None else m.senders[(layer, head)],
+        "writes": {
+            "unembedding": None if w is None else w.unembedding,
+            "promoted": None
+            if w is None
+            else _tokens(lm, w.promoted[layer, head], w.promoted_logits[layer, head]),
+            "suppressed": None
+            if w is None
+            else _tokens(lm, w.suppressed[layer, head], w.suppressed_logits[layer, head]),
+            "copying": _value(m.copying, layer, head),
+            "dla": {t: _value(v, layer, head) for t, v in m.dla.items()},
+        },
+        "does": {
+            "patching": {t: _value(v, layer, head) for t, v in m.patching.items()},
+            "ioi_class": m.classes.get((layer, head)),
+        },
+        "costs": {
+            "flops_share": m.flops[layer],
+            "kv_share": None if m.kv is None else m.kv[layer],  # an encoder keeps none
+            "importance": _value(m.importance, layer, head),
+            "importance_rank": None if m.ranks is None else int(m.ranks[layer, head]),
+        },
+    }
+
+
+def _optional(
+    what: str, off: bool, skipped: dict[str, str], progress: Progress, run: Callable[[], Any]
+) -> Any:
+    """``run()`` as its own stage, or ``None`` with why in ``skipped``: its ``--no-`` flag
+    (``off``), or the one line of the error that stopped it."""
+    if off:
+        skipped[what] = f"--no-{what}"
+        return None
+    with stage(progress, what):
+        try:
+            return run()
+        except HeadlabError as exc:
+            skipped[what] = str(exc)
+            return None
+
+
 def measure_cards(
     lm: LoadedModel,
     request: CardsRequest,
@@ -395,34 +558,35 @@ def measure_cards(
     progress: Progress = NO_PROGRESS,
     notify: Callable[[str], None] = lambda note: None,
 ) -> Cards:
-    """Every head's card of ``lm`` as ``request`` asks (the module docstring)."""
+    """Every head's card of ``lm`` as ``request`` asks (the module docstring); ``notify``
+    hears each note (a task's prompts dropped, a roles run not used), kept in the result too."""
+    notes: list[str] = []
+
+    def note(line: str) -> None:
+        notes.append(line)
+        notify(line)
+
     skipped: dict[str, str] = {}
-    roles, roles_from, measured = _roles(lm, request, progress, notify)
+    roles, roles_from, measured = _roles(lm, request, progress, note)
     if roles is None:
         skipped["roles"] = "--no-roles"
-    patching, dla, why = _task_effects(lm, request, progress, notify)
+    sample: list[list[str]] = []
+    examples = None
+    if request.examples:
+        with stage(progress, "top examples", request.examples, "sentences") as bar:
+            gold = read_treebank(sample_path("treebank"), limit=request.examples)
+            sample, examples = top_examples(
+                lm, [list(s.words) for s in gold.sentences], progress=bar
+            )
+    patching, dla, classes, why = _task_effects(lm, request, progress, note, roles)
     skipped.update(why)
     skipped.update(
         {part: f"--no-{part}" for part in ("patch", "dla") if getattr(request, f"no_{part}")}
     )
-    senders = None
-    if request.no_compose:
-        skipped["compose"] = "--no-compose"
-    else:
-        with stage(progress, "composition"):
-            try:
-                senders = _senders(lm)
-            except InputError as exc:
-                skipped["compose"] = str(exc)
-    importance = None
-    if request.no_importance:
-        skipped["importance"] = "--no-importance"
-    else:
-        with stage(progress, "pruning importance"):
-            try:
-                importance = _importance(lm)
-            except HeadlabError as exc:
-                skipped["importance"] = str(exc)
+    senders = _optional("compose", request.no_compose, skipped, progress, lambda: _senders(lm))
+    importance = _optional(
+        "importance", request.no_importance, skipped, progress, lambda: _importance(lm)
+    )
     with stage(progress, "OV circuits"):
         written = written_tokens(lm, request.top)
         copying = copying_scores(lm) if written is not None else None
@@ -430,49 +594,28 @@ def measure_cards(
         skipped["writes"] = "no unembedding: neither a language-model head nor tied embeddings"
     context = min(DEFAULT_CONTEXT, lm.layout.max_positions or DEFAULT_CONTEXT)
     flops, kv = cost_shares(lm, context)
-    ranks = None
-    if importance is not None:
-        order = importance.nan_to_num(float("-inf")).flatten().argsort(descending=True)
-        ranks = torch.empty_like(order)
-        ranks[order] = torch.arange(1, order.numel() + 1)
-        ranks = ranks.view(importance.shape)
-    role_heads = {(h["layer"], h["head"]): h for h in roles["heads"]} if roles else {}
-    folds = int(roles.get("folds") or 0) if roles else 0
-    cards = []
-    for layer, count in enumerate(lm.layout.heads_per_layer):
-        for head in range(count):
-            card = {
-                "id": f"{layer}.{head}",
-                "layer": layer,
-                "head": head,
-                "looks": role_heads.get((layer, head)),
-                "reads": None if senders is None else senders[(layer, head)],
-                "writes": {
-                    "unembedding": None if written is None else written.unembedding,
-                    "promoted": None
-                    if written is None
-                    else _tokens(
-                        lm, written.promoted[layer, head], written.promoted_logits[layer, head]
-                    ),
-                    "suppressed": None
-                    if written is None
-                    else _tokens(
-                        lm, written.suppressed[layer, head], written.suppressed_logits[layer, head]
-                    ),
-                    "copying": _value(copying, layer, head),
-                    "dla": {t: _value(v, layer, head) for t, v in dla.items()},
-                },
-                "does": {"patching": {t: _value(v, layer, head) for t, v in patching.items()}},
-                "costs": {
-                    "flops_share": flops[layer],
-                    "kv_share": kv[layer] if lm.causal else None,  # an encoder keeps none
-                    "importance": _value(importance, layer, head),
-                    "importance_rank": None if ranks is None else int(ranks[layer, head]),
-                },
-            }
-            cards.append(card)
+    parts = _Measured(
+        roles={(h["layer"], h["head"]): h for h in roles["heads"]} if roles else {},
+        examples=examples,
+        senders=senders,
+        written=written,
+        copying=copying,
+        dla=dla,
+        patching=patching,
+        classes=classes,
+        flops=flops,
+        kv=kv if lm.causal else None,
+        importance=importance,
+        ranks=_ranks(importance),
+    )
+    cards = [
+        _card(lm, parts, layer, head)
+        for layer, count in enumerate(lm.layout.heads_per_layer)
+        for head in range(count)
+    ]
     largest = {t: float(v.nan_to_num(0.0).abs().max()) for t, v in dla.items()}
     by_id = {c["id"]: c for c in cards}
+    folds = int(roles.get("folds") or 0) if roles else 0
     for card in cards:
         card["verdict"] = verdict(
             card, by_id, folds=folds, largest_dla=largest, position=request.position
@@ -490,11 +633,14 @@ def measure_cards(
             "seed": request.seed,
             "position": request.position,
             "top": request.top,
+            "examples": request.examples,
             "context": context,
         },
         commands=commands,
         skipped=skipped,
         cards=cards,
+        notes=notes,
+        sample=sample,
         roles_from=roles_from,
         roles_measured=roles if measured else None,
     )

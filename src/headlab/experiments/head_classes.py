@@ -290,11 +290,14 @@ def head_classes(
     *,
     roles: dict[tuple[int, int], str] | None = None,
     progress: Progress | None = None,
+    paths: bool = True,
 ) -> tuple[dict[tuple[int, int], dict[str, Any]], bool]:
     """Each of ``heads``' class and evidence on ``task``, and whether the prompts are
     IOI-shaped (else every head is ``unexplained`` with what was measured). ``roles``: each
     head's role by ``headlab roles`` (:func:`roles_by_head`), evidence for the induction,
-    duplicate-token and previous-token classes beside the attention on these prompts."""
+    duplicate-token and previous-token classes beside the attention on these prompts.
+    ``paths=False`` leaves out path patching into the name movers: no head is then named
+    ``s-inhibition``."""
     dla = direct_logit_attribution(lm, task, progress=progress).dla
     attention = attention_evidence(lm, task)
     if attention is None:
@@ -312,8 +315,8 @@ def head_classes(
     movers = sorted(
         (h for h, info in first.items() if info["class"] == "name mover"),
         key=lambda h: -float(dla[h]),
-    )[:PATH_RECEIVERS]
-    paths: torch.Tensor | None = None
+    )[: PATH_RECEIVERS if paths else 0]
+    into: torch.Tensor | None = None
     for layer, head in movers:
         senders = [h for h in heads if h[0] < layer]
         if not senders:
@@ -322,7 +325,7 @@ def head_classes(
             lm, task, Receiver("q", layer, head), senders=senders, progress=progress
         )
         effects = result.effects.nan_to_num(float("-inf"))
-        paths = effects if paths is None else torch.maximum(paths, effects)
-    if paths is not None:
-        paths = paths.masked_fill(torch.isinf(paths), float("nan"))
-    return classify(heads, dla, copying, attention, paths, roles), True
+        into = effects if into is None else torch.maximum(into, effects)
+    if into is not None:
+        into = into.masked_fill(torch.isinf(into), float("nan"))
+    return classify(heads, dla, copying, attention, into, roles), True

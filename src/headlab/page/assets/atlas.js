@@ -122,24 +122,47 @@ function drawGrid() {
 }
 
 // ---------------------------------------------------------------- one card
+function examplesPart(examples) {
+  const box = el("div", { class: "examples" });
+  if (!examples.length) {
+    box.appendChild(el("p", { class: "muted" }, "no attention off the sink and special tokens"));
+    return box;
+  }
+  examples.forEach((ex) => {
+    const words = data.sample[ex.sentence] || [];
+    const line = el("p", { class: "example" });
+    line.appendChild(el("span", { class: "weight" }, fmt(ex.weight, 2)));
+    words.forEach((w, i) => {
+      const cls = i === ex.query && i === ex.key ? "q k" : i === ex.query ? "q" : i === ex.key ? "k" : "";
+      line.append(" ", el("span", cls ? { class: cls } : {}, w));
+    });
+    box.appendChild(line);
+  });
+  return box;
+}
 function looksPart(c) {
   const box = el("div");
   box.appendChild(el("h3", {}, "Where it looks"));
-  const lk = c.looks;
-  if (!lk) {
+  const lk = c.looks || {};
+  if (!lk.role) {
     box.appendChild(el("p", { class: "muted" }, "no roles run (" + (data.skipped.roles || "none") + ")"));
-    return box;
+  } else {
+    box.appendChild(rowsTable(["role", "roles", "score", "bar", "folds agree", "resamples agree", "detail"],
+      [[lk.role, (lk.roles || []).join(", ") || "\u2013", num(lk.score, 3), num(lk.baseline, 3),
+        lk.fold_agreement === null || lk.fold_agreement === undefined ? "\u2013" : pctOf(lk.fold_agreement),
+        lk.bootstrap_stability === null || lk.bootstrap_stability === undefined ? "\u2013" : pctOf(lk.bootstrap_stability),
+        lk.detail || ""]], [2, 3]));
+    const scores = Object.entries(lk.scores || {}).filter(([, v]) => v !== null);
+    const chips = el("p", { class: "scores" });
+    scores.forEach(([k, v]) => chips.append(el("span", {}, k + " " + num(v, 3)), " "));
+    box.appendChild(chips);
+    box.appendChild(cmd("looks.roles"));
   }
-  box.appendChild(rowsTable(["role", "roles", "score", "bar", "folds agree", "resamples agree", "detail"],
-    [[lk.role, (lk.roles || []).join(", ") || "\u2013", num(lk.score, 3), num(lk.baseline, 3),
-      lk.fold_agreement === null || lk.fold_agreement === undefined ? "\u2013" : pctOf(lk.fold_agreement),
-      lk.bootstrap_stability === null || lk.bootstrap_stability === undefined ? "\u2013" : pctOf(lk.bootstrap_stability),
-      lk.detail || ""]], [2, 3]));
-  const scores = Object.entries(lk.scores || {}).filter(([, v]) => v !== null);
-  const chips = el("p", { class: "scores" });
-  scores.forEach(([k, v]) => chips.append(el("span", {}, k + " " + num(v, 3)), " "));
-  box.appendChild(chips);
-  box.appendChild(cmd("looks"));
+  if (lk.examples) {
+    box.appendChild(el("p", { class: "muted" }, "Top examples: the query word underlined, the key it attends to most (sink and special tokens aside) highlighted"));
+    box.appendChild(examplesPart(lk.examples));
+    box.appendChild(cmd("looks.examples"));
+  }
   return box;
 }
 function readsPart(c) {
@@ -192,8 +215,15 @@ function doesPart(c) {
     box.appendChild(el("p", { class: "muted" }, "not patched (" + (data.skipped.patch || "") + ")"));
     return box;
   }
-  box.appendChild(rowsTable(["task", "activation-patching effect"], entries.map(([t, v]) => [t, pctOf(v)]), [1]));
+  box.appendChild(rowsTable(["task", "activation-patching effect (" + data.settings.position + " position)"],
+    entries.map(([t, v]) => [t, pctOf(v)]), [1]));
   box.appendChild(cmd("does.patching." + entries[0][0]));
+  const named = c.does.ioi_class;
+  if (named) {
+    box.appendChild(rowsTable(["IOI class (as headlab circuit names heads)", "attends end \u2192 IO", "end \u2192 S", "copies the IO"],
+      [[named.class, num(named.end_to_io, 3), num(named.end_to_s, 3), num(named.copying, 2)]], [1, 2, 3]));
+    box.appendChild(cmd("does.ioi_class"));
+  }
   return box;
 }
 function costsPart(c) {

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from headlab.cli._args import integer, number, seed, text
+from headlab.cli._args import integer, listed, number, seed, text
 from headlab.cli._causal import add_model, request
 from headlab.cli._model import load_model
 from headlab.cli._output import output
@@ -32,9 +32,10 @@ def add_parser(sub: Any) -> None:
     add_model(p)
     p.add_argument(
         "--score",
-        choices=("outside", "retrieval", "random"),
+        choices=("outside", "retrieval", "both", "random"),
         default="outside",
-        help="what chooses the streaming heads (default outside)",
+        help="what chooses the streaming heads: outside, retrieval, both (a head is needed when "
+        "either score says so: their maximum) or random (default outside)",
     )
     p.add_argument(
         "--fraction",
@@ -80,6 +81,19 @@ def add_parser(sub: Any) -> None:
         type=text("a .json path"),
         metavar="FILE.json",
         help="write the chosen heads as JSON (a later --heads-from reads it)",
+    )
+    p.add_argument(
+        "--curve",
+        type=listed(number(0.0, 1.0), "fractions separated by commas", "0.25,0.5,0.75"),
+        metavar="F,F,...",
+        help="also measure heads chosen by --score and at random at these fractions: KV bytes, "
+        "passkey accuracy (--passkeys prompts other than those scored), perplexity, ms per token",
+    )
+    p.add_argument(
+        "--decode",
+        type=integer(2, 10**5),
+        default=16,
+        help="with --curve: greedy tokens timed per point (default 16)",
     )
     p.add_argument("--top", type=integer(1, 10_000), default=10, help="heads listed (10)")
     p.add_argument("--json", action="store_true", help="scores per KV head, the set, the costs")

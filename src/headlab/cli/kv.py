@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> None:
             "of attention outside the first --sink and the last --window tokens on long text "
             "(DuoAttention's criterion, without training) and by copying from the needle on "
             "passkey prompts (the retrieval score of Wu et al. 2024); makes the --fraction of KV "
-            "heads that score lowest streaming (they keep only the sink and the window) and "
+            "heads that score lowest on both streaming (they keep only the sink and the window) and "
             "reads one --context of text through that mixed cache and through the full one: "
             "the bytes each holds and the perplexity. Default: SmolLM2-135M on the bundled "
             "TinyShakespeare sample."
@@ -33,9 +33,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--score",
         choices=("outside", "retrieval", "both", "random"),
-        default="outside",
+        default="both",
         help="what chooses the streaming heads: outside, retrieval, both (a head is needed when "
-        "either score says so: their maximum) or random (default outside)",
+        "either score says so: their maximum; the default, best on SmolLM2's curve) or random",
     )
     p.add_argument(
         "--fraction",

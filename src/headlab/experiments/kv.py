@@ -76,7 +76,7 @@ class KVRequest:
     """
 
     model: str = DECODER
-    score: str = "outside"
+    score: str = "both"
     fraction: float = 0.5
     window: int = 256
     sink: int = 4

@@ -69,6 +69,9 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--out", default="kv-curve.json")
     parser.add_argument("--figure")
+    parser.add_argument(
+        "--all", action=argparse.BooleanOptionalAction, default=True, help="every head streaming"
+    )
     args = parser.parse_args()
     lm = load("smollm2", with_lm_head=True)
     request = KVRequest(
@@ -99,7 +102,8 @@ def main() -> None:
                 else choose(scores[choice], fraction)
             )
             plan.append((choice, list(heads)))
-    plan.append(("all", every))
+    if args.all:
+        plan.append(("all", every))
     for choice, heads in plan:
         began = time.perf_counter()
         point = curve_point(

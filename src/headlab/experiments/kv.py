@@ -64,7 +64,8 @@ class KVRequest:
         window, sink: what a streaming head keeps: the last ``window`` tokens (its query's
             own included) and the first ``sink``.
         context: tokens per text chunk and per passkey prompt.
-        texts: text chunks scored (``outside``); the first one is also read through the cache.
+        texts: text chunks scored (``outside``); the next one (else the last scored) is read
+            through the caches.
         passkeys: passkey prompts scored (``retrieval``).
         text: a UTF-8 text file (default: the bundled TinyShakespeare sample).
         seed: the passkeys' keys and the random choice.
@@ -247,7 +248,8 @@ def random_heads(n_layers: int, n_kv: int, fraction: float, seed: int) -> tuple[
 
 
 def text_ids(lm: LoadedModel, request: KVRequest) -> list[torch.Tensor]:
-    """Up to ``texts`` chunks of ``context`` tokens ``(1, context)`` of the request's text."""
+    """Up to ``texts + 1`` chunks of ``context`` tokens ``(1, context)`` of the request's text:
+    those scored, and one held out to read through the caches where the text is long enough."""
     source = request.text or sample_path("shakespeare")
     try:
         text = Path(source).read_text(encoding="utf-8-sig")
@@ -260,7 +262,7 @@ def text_ids(lm: LoadedModel, request: KVRequest) -> list[torch.Tensor]:
             f"--text {source} has {ids.shape[1]} tokens, fewer than --context {request.context}"
         )
     return [ids[:, i * request.context : (i + 1) * request.context] for i in range(n)][
-        : request.texts
+        : request.texts + 1
     ]
 
 
@@ -314,6 +316,8 @@ def run_kv(lm: LoadedModel, request: KVRequest, progress: Progress = NO_PROGRESS
         raise InputError(f"--context {request.context} is longer than the model's {limit}")
     n_layers, n_kv = lm.n_layers, lm.layout.n_kv_heads
     chunks = text_ids(lm, request)
+    held_out = chunks[-1]  # the last chunk: not scored when the text had one more
+    chunks = chunks[: request.texts]
     scores: dict[str, list[list[float]]] = {}
     named: dict[str, torch.Tensor] = {}
     if request.heads_from is not None:
@@ -338,11 +342,11 @@ def run_kv(lm: LoadedModel, request: KVRequest, progress: Progress = NO_PROGRESS
         named = {"outside": outside, "retrieval": retrieval}
         named["both"] = torch.maximum(outside, retrieval)
         streaming = _heads(request, request.score, request.fraction, named)
-    curve = _curve(lm, request, named, chunks[0], progress) if request.curve else []
+    curve = _curve(lm, request, named, held_out, progress) if request.curve else []
     progress.start("reading the text through the caches", total=2, unit="caches")
     reads = {}
     for name, heads in (("full", ()), ("mixed", streaming)):
-        reads[name] = read_text(lm, chunks[0], heads, sink=request.sink, window=request.window)
+        reads[name] = read_text(lm, held_out, heads, sink=request.sink, window=request.window)
         progress.advance()
     progress.end()
     result = KVResult(

@@ -9,6 +9,7 @@ import pytest
 
 from headlab.errors import InputError
 from headlab.experiments.circuit_request import CircuitRequest
+from headlab.experiments.kv import KVRequest
 from headlab.pruning.results import PruneOptions
 from headlab.pruning.workflow import PruneRequest
 from headlab.request import Request
@@ -20,6 +21,7 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         RolesRequest(limit=5, no_gap=True),
         CircuitRequest(model="tiny-shakespeare"),
         PruneRequest(options=PruneOptions(), curve=True),
+        KVRequest(model="tiny-shakespeare", context=100, window=32),
     ]
     for request in requests:
         assert isinstance(request, Request), type(request).__name__
@@ -34,6 +36,8 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         (lambda: PruneRequest(options=PruneOptions()), "--curve"),
         (lambda: PruneRequest(options=PruneOptions(fraction=0.5)), "--out"),
         (lambda: CircuitRequest(steps=3, method="eap"), "--steps"),
+        (lambda: KVRequest(context=100, window=100), "--window"),
+        (lambda: KVRequest(heads_from="x.json", curve=(0.5,)), "--heads-from"),
     ],
 )
 def test_a_request_refuses_before_any_model(make, says: str) -> None:

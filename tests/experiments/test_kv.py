@@ -123,7 +123,8 @@ def test_the_head_set_is_written_and_read_back(folder: Path, tmp_path: Path) -> 
     assert saved["full_attention_heads"] == [
         [int((layer, h) not in streaming) for h in range(2)] for layer in range(2)
     ]
-    lowest = choose(torch.tensor(first["scores"]["outside"]), 0.5)
+    both = torch.maximum(*(torch.tensor(first["scores"][k]) for k in ("outside", "retrieval")))
+    lowest = choose(both, 0.5)  # the default score: a head is needed when either says so
     assert [list(h) for h in lowest] == first["streaming"]
     again = _kv(folder, heads_from=str(out))
     assert again["streaming"] == first["streaming"] and again["scores"] == {}
@@ -170,3 +171,27 @@ def test_a_foreign_heads_file_is_refused(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"streaming": [[0, 1]]}))
     with pytest.raises(Exception, match="headlab kv --heads-out"):
         KVRequest(heads_from=str(bad))
+
+
+def test_the_curve_measures_each_choice_through_the_caches(folder: Path) -> None:
+    """Fraction 0 is the full cache; every point's bytes are what its streaming heads keep; a
+    whole set of streaming heads with a window past the prompt loses no passkey it had."""
+    data = _kv(folder, fraction=0.5, passkeys=2, curve=(0.5, 1.0), decode=3)
+    curve = data["curve"]
+    assert [(p["choice"], p["fraction"]) for p in curve] == [
+        ("full", 0.0),
+        ("both", 0.5),
+        ("random", 0.5),
+        ("both", 1.0),
+        ("random", 1.0),
+    ]
+    full = curve[0]
+    assert full["kv_bytes"] == data["kv_bytes"]["full"]
+    assert full["perplexity"] == pytest.approx(data["perplexity"]["full"], rel=1e-9)
+    per_token = 2 * 8 * 4
+    for point in curve[1:]:
+        streaming = round(point["fraction"] * 4)
+        saved = streaming * (90 - (SINK + WINDOW - 1)) * per_token
+        assert full["kv_bytes"] - point["kv_bytes"] == saved
+        assert 0.0 <= point["passkey"] <= 1.0 and point["ms_per_token"] > 0
+    assert curve[3]["perplexity"] == pytest.approx(curve[4]["perplexity"], rel=1e-9)  # all heads

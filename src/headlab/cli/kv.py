@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from headlab.cli._args import integer, number, seed, text
+from headlab.cli._args import integer, listed, number, seed, text
 from headlab.cli._causal import add_model, request
 from headlab.cli._model import load_model
 from headlab.cli._output import output
@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> None:
             "of attention outside the first --sink and the last --window tokens on long text "
             "(DuoAttention's criterion, without training) and by copying from the needle on "
             "passkey prompts (the retrieval score of Wu et al. 2024); makes the --fraction of KV "
-            "heads that score lowest streaming (they keep only the sink and the window) and "
+            "heads that score lowest on both streaming (they keep only the sink and the window) and "
             "reads one --context of text through that mixed cache and through the full one: "
             "the bytes each holds and the perplexity. Default: SmolLM2-135M on the bundled "
             "TinyShakespeare sample."
@@ -32,9 +32,10 @@ def add_parser(sub: Any) -> None:
     add_model(p)
     p.add_argument(
         "--score",
-        choices=("outside", "retrieval", "random"),
-        default="outside",
-        help="what chooses the streaming heads (default outside)",
+        choices=("outside", "retrieval", "both", "random"),
+        default="both",
+        help="what chooses the streaming heads: outside, retrieval, both (a head is needed when "
+        "either score says so: their maximum; the default, best on SmolLM2's curve) or random",
     )
     p.add_argument(
         "--fraction",
@@ -80,6 +81,19 @@ def add_parser(sub: Any) -> None:
         type=text("a .json path"),
         metavar="FILE.json",
         help="write the chosen heads as JSON (a later --heads-from reads it)",
+    )
+    p.add_argument(
+        "--curve",
+        type=listed(number(0.0, 1.0), "fractions separated by commas", "0.25,0.5,0.75"),
+        metavar="F,F,...",
+        help="also measure heads chosen by --score and at random at these fractions: KV bytes, "
+        "passkey accuracy (--passkeys prompts other than those scored), perplexity, ms per token",
+    )
+    p.add_argument(
+        "--decode",
+        type=integer(2, 10**5),
+        default=16,
+        help="with --curve: greedy tokens timed per point (default 16)",
     )
     p.add_argument("--top", type=integer(1, 10_000), default=10, help="heads listed (10)")
     p.add_argument("--json", action="store_true", help="scores per KV head, the set, the costs")

@@ -27,7 +27,7 @@ from headlab.causal.request import check_model
 from headlab.datasets.bundled import sample_path
 from headlab.datasets.passkey import passkeys
 from headlab.errors import DataFormatError, InputError
-from headlab.experiments.kv_measure import read_text
+from headlab.experiments.kv_measure import curve_point, read_text
 from headlab.experiments.kv_scores import (
     SCORES,
     encode_passkey,
@@ -42,8 +42,9 @@ from headlab.outputs import check_files, write_text_atomic
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.text import Part, table
 
-#: the ways to choose streaming heads: a score, or at random
-CHOICES = (*SCORES, "random")
+#: the ways to choose streaming heads: a score, both (a head needs the whole context when
+#: either score says so: their maximum), or at random
+CHOICES = (*SCORES, "both", "random")
 #: the head-set file's format tag
 FORMAT = "headlab-kv-heads/1"
 #: where the needle goes in passkey prompts, taken in turn
@@ -57,21 +58,26 @@ class KVRequest:
 
     Attributes:
         model: a causal language model with its head (default: the bundled SmolLM2).
-        score: what chooses the streaming heads: ``outside``, ``retrieval`` or ``random``.
+        score: what chooses the streaming heads: ``outside``, ``retrieval``, ``both`` (their
+            maximum) or ``random``.
         fraction: the share of KV heads made streaming, 0 to 1.
         window, sink: what a streaming head keeps: the last ``window`` tokens (its query's
             own included) and the first ``sink``.
         context: tokens per text chunk and per passkey prompt.
-        texts: text chunks scored (``outside``); the first one is also read through the cache.
+        texts: text chunks scored (``outside``); the next one (else the last scored) is read
+            through the caches.
         passkeys: passkey prompts scored (``retrieval``).
         text: a UTF-8 text file (default: the bundled TinyShakespeare sample).
         seed: the passkeys' keys and the random choice.
         heads_from: a head set written by ``--heads-out``, used instead of choosing.
         heads_out: where to write the chosen set (JSON).
+        curve: fractions at which to measure heads chosen by ``score`` and at random: KV
+            bytes, passkey accuracy (``passkeys`` prompts not scored), perplexity and
+            milliseconds per token over ``decode`` greedy tokens.
     """
 
     model: str = DECODER
-    score: str = "outside"
+    score: str = "both"
     fraction: float = 0.5
     window: int = 256
     sink: int = 4
@@ -82,6 +88,8 @@ class KVRequest:
     seed: int = 0
     heads_from: str | None = None
     heads_out: str | None = None
+    curve: tuple[float, ...] | None = None
+    decode: int = 16
 
     def __post_init__(self) -> None:
         self.check()
@@ -111,6 +119,13 @@ class KVRequest:
             raise InputError(f"--text {self.text}: no such file")
         if self.heads_from is not None:
             read_heads(self.heads_from)
+            if self.curve:
+                raise InputError("--curve chooses heads by score: not with --heads-from")
+        for value in self.curve or ():
+            if not 0.0 <= value <= 1.0:
+                raise InputError(f"--curve: fractions must be between 0 and 1, got {value}")
+        if self.decode < 2:
+            raise InputError(f"--decode must be 2 or more, got {self.decode}")
         check_model(self.model)  # an encoder has no next-token logits to read text with
         limit = _folder_limit(self.model)
         if limit is not None and self.context > limit:
@@ -159,6 +174,7 @@ class KVResult:
     kv_bytes: dict[str, int] = field(default_factory=dict)
     perplexity: dict[str, float] = field(default_factory=dict)
     heads_from: str | None = None
+    curve: list[dict[str, Any]] = field(default_factory=list)
 
     def heads_json(self) -> dict[str, Any]:
         """The head set as ``--heads-out`` writes it."""
@@ -187,6 +203,7 @@ class KVResult:
             "kv_bytes": self.kv_bytes,
             "perplexity": self.perplexity,
             "heads_from": self.heads_from,
+            "curve": self.curve,
         }
 
 
@@ -231,7 +248,8 @@ def random_heads(n_layers: int, n_kv: int, fraction: float, seed: int) -> tuple[
 
 
 def text_ids(lm: LoadedModel, request: KVRequest) -> list[torch.Tensor]:
-    """Up to ``texts`` chunks of ``context`` tokens ``(1, context)`` of the request's text."""
+    """Up to ``texts + 1`` chunks of ``context`` tokens ``(1, context)`` of the request's text:
+    those scored, and one held out to read through the caches where the text is long enough."""
     source = request.text or sample_path("shakespeare")
     try:
         text = Path(source).read_text(encoding="utf-8-sig")
@@ -244,8 +262,51 @@ def text_ids(lm: LoadedModel, request: KVRequest) -> list[torch.Tensor]:
             f"--text {source} has {ids.shape[1]} tokens, fewer than --context {request.context}"
         )
     return [ids[:, i * request.context : (i + 1) * request.context] for i in range(n)][
-        : request.texts
+        : request.texts + 1
     ]
+
+
+def _heads(
+    request: KVRequest, choice: str, fraction: float, named: dict[str, torch.Tensor]
+) -> tuple[KVHead, ...]:
+    """The streaming heads ``choice`` (a score's name, or ``random``) picks at ``fraction``."""
+    if choice == "random":
+        n_layers, n_kv = named["outside"].shape
+        return random_heads(n_layers, n_kv, fraction, request.seed)
+    return choose(named[choice], fraction)
+
+
+def _curve(
+    lm: LoadedModel,
+    request: KVRequest,
+    named: dict[str, torch.Tensor],
+    text: torch.Tensor,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    """The full cache, then each ``--curve`` fraction chosen by ``--score`` and at random:
+    bytes, passkeys (prompts drawn at ``seed + 1``, not those scored), perplexity, time."""
+    fillers = fillers_for(lm, request.context)
+    drawn = passkeys(request.passkeys, fillers, DEPTHS, seed=request.seed + 1)
+    prompts = [encode_passkey(lm, p) for p in drawn]
+    choices = list(dict.fromkeys((request.score, "random")))
+    plan = [("full", 0.0)] + [(c, f) for f in request.curve or () for c in choices]
+    points = []
+    progress.start("the curve", total=len(plan), unit="points")
+    for choice, fraction in plan:
+        heads = [] if choice == "full" else _heads(request, choice, fraction, named)
+        point = curve_point(
+            lm,
+            heads,
+            sink=request.sink,
+            window=request.window,
+            text=text,
+            prompts=prompts,
+            decode_tokens=request.decode,
+        )
+        points.append({"choice": choice, "context": request.context, **point})
+        progress.advance()
+    progress.end()
+    return points
 
 
 def run_kv(lm: LoadedModel, request: KVRequest, progress: Progress = NO_PROGRESS) -> KVResult:
@@ -255,7 +316,10 @@ def run_kv(lm: LoadedModel, request: KVRequest, progress: Progress = NO_PROGRESS
         raise InputError(f"--context {request.context} is longer than the model's {limit}")
     n_layers, n_kv = lm.n_layers, lm.layout.n_kv_heads
     chunks = text_ids(lm, request)
+    held_out = chunks[-1]  # the last chunk: not scored when the text had one more
+    chunks = chunks[: request.texts]
     scores: dict[str, list[list[float]]] = {}
+    named: dict[str, torch.Tensor] = {}
     if request.heads_from is not None:
         data = read_heads(request.heads_from)
         if (data.get("n_layers"), data.get("n_kv_heads")) != (n_layers, n_kv):
@@ -275,15 +339,14 @@ def run_kv(lm: LoadedModel, request: KVRequest, progress: Progress = NO_PROGRESS
         ]
         retrieval = retrieval_scores(lm, prompts, progress=progress)
         scores = {"outside": outside.tolist(), "retrieval": retrieval.tolist()}
-        if request.score == "random":
-            streaming = random_heads(n_layers, n_kv, request.fraction, request.seed)
-        else:
-            streaming = choose({"outside": outside, "retrieval": retrieval}[request.score],
-                               request.fraction)  # fmt: skip
+        named = {"outside": outside, "retrieval": retrieval}
+        named["both"] = torch.maximum(outside, retrieval)
+        streaming = _heads(request, request.score, request.fraction, named)
+    curve = _curve(lm, request, named, held_out, progress) if request.curve else []
     progress.start("reading the text through the caches", total=2, unit="caches")
     reads = {}
     for name, heads in (("full", ()), ("mixed", streaming)):
-        reads[name] = read_text(lm, chunks[0], heads, sink=request.sink, window=request.window)
+        reads[name] = read_text(lm, held_out, heads, sink=request.sink, window=request.window)
         progress.advance()
     progress.end()
     result = KVResult(
@@ -300,6 +363,7 @@ def run_kv(lm: LoadedModel, request: KVRequest, progress: Progress = NO_PROGRESS
         kv_bytes={k: r.kv_bytes for k, r in reads.items()},
         perplexity={k: r.perplexity for k, r in reads.items()},
         heads_from=request.heads_from,
+        curve=curve,
     )
     if request.heads_out:
         write_text_atomic(request.heads_out, json.dumps(result.heads_json(), indent=1) + "\n")
@@ -326,6 +390,25 @@ def kv_text(data: dict[str, Any], top: int = 10) -> list[Part]:
             right=(1, 2),
         ),
     ]
+    if data.get("curve"):
+        parts.append(
+            table(
+                ("heads", "streaming", "KV bytes", "passkey", "perplexity", "ms/token"),
+                [
+                    (
+                        p["choice"],
+                        f"{p['fraction']:.0%}",
+                        f"{p['kv_bytes']:,}",
+                        f"{p['passkey']:.0%}",
+                        f"{p['perplexity']:.3f}",
+                        f"{p['ms_per_token']:.1f}",
+                    )
+                    for p in data["curve"]
+                ],
+                title=f"the curve at {data['context']} tokens",
+                right=(1, 2, 3, 4, 5),
+            )
+        )
     for name, grid in data["scores"].items():
         ranked = sorted(
             ((v, layer, h) for layer, row in enumerate(grid) for h, v in enumerate(row)),

@@ -149,3 +149,29 @@ def passkey_accuracy(
         out = decode(lm, prompt.question, prompt.n_answer, heads, sink=sink, window=window)
         right += out.tokens == prompt.answer
     return right / len(prompts) if prompts else float("nan")
+
+
+def curve_point(
+    lm: LoadedModel,
+    streaming: Sequence[KVHead],
+    *,
+    sink: int,
+    window: int,
+    text: torch.Tensor,
+    prompts: Sequence[PasskeyIds],
+    decode_tokens: int,
+) -> dict[str, float]:
+    """One point of the curve for a set of streaming heads: the KV bytes held after reading
+    ``text`` ``(1, T)``, its perplexity, the passkey accuracy on ``prompts``, and the
+    milliseconds per token of ``decode_tokens`` greedy tokens after ``text``."""
+    read = read_text(lm, text, streaming, sink=sink, window=window)
+    accuracy = passkey_accuracy(lm, prompts, streaming, sink=sink, window=window)
+    timed = decode(lm, text, decode_tokens, streaming, sink=sink, window=window)
+    n = lm.n_layers * lm.layout.n_kv_heads
+    return {
+        "fraction": len(streaming) / n,
+        "kv_bytes": read.kv_bytes,
+        "passkey": accuracy,
+        "perplexity": read.perplexity,
+        "ms_per_token": 1000 * timed.seconds_per_token,
+    }

@@ -121,9 +121,9 @@ class KVRequest:
             read_heads(self.heads_from)
             if self.curve:
                 raise InputError("--curve chooses heads by score: not with --heads-from")
-        for value in self.curve or ():
-            if not 0.0 <= value <= 1.0:
-                raise InputError(f"--curve: fractions must be between 0 and 1, got {value}")
+        for fraction in self.curve or ():
+            if not 0.0 <= fraction <= 1.0:
+                raise InputError(f"--curve: fractions must be between 0 and 1, got {fraction}")
         if self.decode < 2:
             raise InputError(f"--decode must be 2 or more, got {self.decode}")
         check_model(self.model)  # an encoder has no next-token logits to read text with

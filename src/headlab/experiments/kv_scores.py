@@ -57,7 +57,7 @@ class _Outside:
         return None
 
     def block(self, layer: int, start: int, weights: torch.Tensor, *_: object) -> None:
-        batch, _, n_rows, n_keys = weights.shape  # (B, H, t, s)
+        batch, _heads, n_rows, n_keys = weights.shape  # (B, H, t, s)
         rows = torch.arange(start, start + n_rows, device=weights.device)
         keys = torch.arange(n_keys, device=weights.device)
         far = (keys[None] >= self.sink) & (rows[:, None] - keys[None] >= self.window)  # (t, s)

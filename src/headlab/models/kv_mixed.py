@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -251,9 +251,11 @@ class MixedKVCache(Cache):
         if len(base.layers) != lm.n_layers:  # a config transformers cannot type per layer
             base.layers = [DynamicLayer() for _ in range(lm.n_layers)]
         layers = [
-            MixedLayer(full, heads.get(i, ()), sink, window) for i, full in enumerate(base.layers)
+            MixedLayer(cast(DynamicLayer, full), heads.get(i, ()), sink, window)
+            for i, full in enumerate(base.layers)
         ]
-        super().__init__(layers=layers)
+        super().__init__(layers=list[Any](layers))
+        self.mixed = layers  # the same layers, as what they are
         self.lm = lm
         self.sink, self.window = sink, window
         self._eager = lm.model.config._attn_implementation == EAGER_IMPLEMENTATION
@@ -261,7 +263,7 @@ class MixedKVCache(Cache):
 
     def kv_bytes(self) -> int:
         """Bytes the cache holds now, read from its tensors' storages."""
-        return storage_bytes(t for layer in self.layers for t in layer.tensors())
+        return storage_bytes(t for layer in self.mixed for t in layer.tensors())
 
     def __enter__(self) -> MixedKVCache:
         try:
@@ -274,9 +276,9 @@ class MixedKVCache(Cache):
                     )
                 index = getattr(module, "layer_idx", served[0])
                 self._removers.append(
-                    observe(module, self._attend(self.layers[index]), computes_output=True)
+                    observe(module, self._attend(self.mixed[index]), computes_output=True)
                 )
-                self.layers[index].attached = True
+                self.mixed[index].attached = True
         except BaseException:
             self.__exit__()
             raise
@@ -285,7 +287,7 @@ class MixedKVCache(Cache):
     def __exit__(self, *exc: object) -> None:
         while self._removers:
             self._removers.pop()()
-        for layer in self.layers:
+        for layer in self.mixed:
             layer.pending = None
             layer.attached = False
 

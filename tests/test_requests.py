@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from headlab.errors import InputError
+from headlab.experiments.cards import CardsRequest
 from headlab.experiments.circuit_request import CircuitRequest
 from headlab.pruning.results import PruneOptions
 from headlab.pruning.workflow import PruneRequest
@@ -20,6 +21,7 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         RolesRequest(limit=5, no_gap=True),
         CircuitRequest(model="tiny-shakespeare"),
         PruneRequest(options=PruneOptions(), curve=True),
+        CardsRequest(no_patch=True, tasks=("induction",)),
     ]
     for request in requests:
         assert isinstance(request, Request), type(request).__name__
@@ -34,6 +36,8 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         (lambda: PruneRequest(options=PruneOptions()), "--curve"),
         (lambda: PruneRequest(options=PruneOptions(fraction=0.5)), "--out"),
         (lambda: CircuitRequest(steps=3, method="eap"), "--steps"),
+        (lambda: CardsRequest(position="first"), "--position"),
+        (lambda: CardsRequest(no_roles=True, limit=5), "--limit"),
     ],
 )
 def test_a_request_refuses_before_any_model(make, says: str) -> None:

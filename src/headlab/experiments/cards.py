@@ -367,6 +367,12 @@ def top_examples(
 def _importance(lm: LoadedModel) -> torch.Tensor:
     """``(L, H)``: gradient importance as ``headlab prune`` scores heads by default
     (:func:`~headlab.pruning.inputs.build_metrics` of the default options)."""
+    head = getattr(lm.model, "get_output_embeddings", lambda: None)()
+    if lm.causal and head is None:
+        raise InputError(
+            "a causal model's importance reads its perplexity: load it with its language-model "
+            "head (headlab cards does)"
+        )
     _, metric, _ = build_metrics(lm, PruneOptions())
     return gradient_importance(lm, metric)
 

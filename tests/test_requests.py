@@ -36,6 +36,7 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         CostRequest(quick=True, figure=str(tmp_path / "cost.png")),
         CardsRequest(model="tiny-shakespeare", html=str(tmp_path / "atlas.html")),
         KVRequest(model="tiny-shakespeare", context=128, window=32),
+        CardsRequest(no_patch=True, tasks=("induction",)),
     ]
     for request in requests:
         assert isinstance(request, Request), type(request).__name__
@@ -60,6 +61,8 @@ def test_the_commands_requests_follow_the_protocol(tmp_path: Path) -> None:
         (lambda: HeadsRequest(image="no-such.png"), "does not exist"),
         (lambda: HeadsRequest(audio="no-such.wav", text="A cat."), "no sound file"),
         (lambda: HeadsRequest(trace=True, conllu="no-such.conllu"), "no-such.conllu"),
+        (lambda: CardsRequest(position="first"), "--position"),
+        (lambda: CardsRequest(no_roles=True, limit=5), "--limit"),
     ],
 )
 def test_a_request_refuses_before_any_model(make, says: str) -> None:

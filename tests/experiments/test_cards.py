@@ -278,6 +278,26 @@ def test_a_cached_roles_run_is_read_and_parts_can_be_left_out(
     assert all(c["costs"]["importance"] is None for c in data["cards"])
 
 
+def test_a_decoder_without_its_head_says_what_it_leaves_out(
+    llama_folder: Path, cache: None
+) -> None:
+    lm = load(llama_folder)  # the base model: no language-model head
+    data = CardsRequest(model=str(llama_folder), examples=2, no_roles=True).run(lm).to_json()
+    assert set(data["skipped"]) == {"roles", "patch", "dla", "importance"}
+    assert "language-model head" in data["skipped"]["importance"]
+    card = data["cards"][0]
+    assert card["writes"]["unembedding"] == "output head read from the folder"
+    assert card["writes"]["promoted"] and card["costs"]["importance"] is None
+
+
+def test_a_model_with_no_unembedding_says_so(tmp_path: Path, cache: None) -> None:
+    folder = build("llama", tmp_path / "base", seed=5)  # no head saved, embeddings not tied
+    data = CardsRequest(model=str(folder), examples=0, no_roles=True).run(load(folder)).to_json()
+    assert "no unembedding" in data["skipped"]["writes"]
+    assert all(c["writes"]["promoted"] is None for c in data["cards"])
+    assert "writes.promoted" not in data["commands"]
+
+
 def test_an_encoder_card_has_no_task_but_stsb_importance(
     bert_cards: tuple[LoadedModel, dict[str, Any]],
 ) -> None:

@@ -8,13 +8,16 @@ A card joins, for every head of the model:
   bootstrap agreement, every probe's score: sink share, entropy, previous token...): the run
   given (``roles``), else the model's cached run (:func:`headlab.cache.cached_roles_path`), else
   one measured here (:class:`~headlab.roles.workflow.RolesRequest`, ``limit`` sentences);
+  and its top examples on the bundled UD EWT sentences (:func:`top_examples`);
 - **reads**: its :data:`TOP_SENDERS` strongest senders by Q-, K- and V-composition, each against
   the random baseline (``headlab compose --receivers L.H``);
 - **writes**: the tokens its OV circuit promotes and suppresses most
   (:func:`~headlab.roles.copying.written_tokens`), its copying score
   (:func:`~headlab.roles.copying.copying_scores`), and its direct logit attribution on each
   built-in task (``headlab patch --method dla``);
-- **does**: its activation-patching effect on each built-in task (``headlab patch``);
+- **does**: its activation-patching effect on each built-in task (``headlab patch``), and its
+  IOI class as ``headlab circuit`` names a circuit's heads
+  (:func:`~headlab.experiments.head_classes.head_classes`, without path patching);
 - **costs**: its share of the attention FLOPs per token and of the KV cache (a query head
   shares its KV group's cache with the group), from the layout as ``headlab spec`` computes them,
   and its gradient importance with its rank among all heads, as ``headlab prune`` scores heads
@@ -366,6 +369,12 @@ def top_examples(
 def _importance(lm: LoadedModel) -> torch.Tensor:
     """``(L, H)``: gradient importance as ``headlab prune`` scores heads by default
     (:func:`~headlab.pruning.inputs.build_metrics` of the default options)."""
+    head = getattr(lm.model, "get_output_embeddings", lambda: None)()
+    if lm.causal and head is None:
+        raise InputError(
+            "a causal model's importance reads its perplexity: load it with its language-model "
+            "head (headlab cards does)"
+        )
     _, metric, _ = build_metrics(lm, PruneOptions())
     return gradient_importance(lm, metric)
 

@@ -398,3 +398,21 @@ def test_cards_are_a_result(llama_cards: dict[str, Any]) -> None:
     fake = Cards(model="m", heads_in_layer=(1,), causal=True, settings={}, commands={},
                  skipped={}, cards=[{"id": "0.0"}])  # fmt: skip
     assert isinstance(fake, Result) and fake.card(0, 0) == {"id": "0.0"}
+
+
+def test_a_model_the_tasks_cannot_be_drawn_for_still_gets_its_cards() -> None:
+    """A character-level model (tiny-shakespeare, 128 positions) cannot draw the built-in
+    IOI and induction prompts, and some bundled sentences are longer than it reads: its cards
+    keep every other part, say why each task is missing, and name no command for it."""
+    lm = load("tiny-shakespeare", with_lm_head=True)
+    data = CardsRequest(
+        model="tiny-shakespeare", no_compose=True, no_importance=True, no_roles=True
+    )
+    out = data.run(lm).to_json()
+    assert len(out["cards"]) == lm.n_layers * lm.n_heads
+    for task in ("ioi", "induction"):
+        assert "cannot be drawn" in out["skipped"][f"task {task}"]
+        assert not any(k.endswith(f".{task}") for k in out["commands"])
+    assert out["cards"][0]["writes"]["promoted"]  # the OV circuit still reads the weights
+    examples = [c["looks"]["examples"] for c in out["cards"] if c["looks"].get("examples")]
+    assert examples and all(len(e) <= 3 for e in examples)

@@ -49,7 +49,7 @@ from headlab.causal.request import (
     run_patch,
 )
 from headlab.datasets import read_treebank, sample_path
-from headlab.errors import DataFormatError, HeadlabError, InputError
+from headlab.errors import DataFormatError, HeadlabError, InputError, TooLongError
 from headlab.experiments.card_verdict import VERDICT_RULES, verdict
 from headlab.experiments.head_classes import head_classes, roles_by_head
 from headlab.layout.costs import compute_spec
@@ -287,7 +287,11 @@ def _task_effects(
             position=request.position,
             no_layers=True,
         )
-        task = patch_task(lm, asked)
+        try:
+            task = patch_task(lm, asked)
+        except InputError as exc:  # prompts this tokenizer cannot draw: the other parts stay
+            skipped[f"task {name}"] = str(exc)
+            continue
         for line in task.notes:
             notify(f"{name}: {line}")
         if "patch" in wanted:
@@ -343,8 +347,13 @@ def top_examples(
     """
     words_of: list[list[str]] = []
     found: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for index, words in enumerate(sentences):
-        seen = word_attention(lm, words=words)
+    for words in sentences:
+        try:
+            seen = word_attention(lm, words=words)
+        except TooLongError:  # longer than the model reads: not an example of it
+            progress.advance()
+            continue
+        index = len(words_of)
         aligned = seen.alignment
         words_of.append(list(aligned.words))
         special = torch.tensor(aligned.is_special)
@@ -456,6 +465,10 @@ def _commands(
         "importance": ("costs.importance",),
         "writes": ("writes.promoted", "writes.suppressed", "writes.copying"),
     }
+    for task in request.tasks:  # a built-in task whose prompts could not be drawn
+        parts[f"task {task}"] = (f"does.patching.{task}", f"writes.dla.{task}") + (
+            ("does.ioi_class",) if task == "ioi" else ()
+        )
     gone = tuple(p for part in skipped for p in parts.get(part, ()))
     return {k: v for k, v in out.items() if not k.startswith(gone)}
 

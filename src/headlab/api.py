@@ -135,14 +135,11 @@ def cards(model: Model = None, *, progress: Progress = NO_PROGRESS, **options: A
             atlas ``html`` is written.
     """
     from headlab.experiments.cards import CardsRequest
-    from headlab.page.atlas import atlas_html  # the role colours: torch
 
     named = _name(model)
     request = CardsRequest(**options) if named is None else CardsRequest(model=named, **options)
     causal = bool(resolve(request.model).causal)
-    result = request.run(_loaded(model, request.model, with_lm_head=causal), progress)
-    result.write(request, atlas_html(result.to_json()) if request.html else None)
-    return result
+    return request.run(_loaded(model, request.model, with_lm_head=causal), progress)
 
 
 #: the pruning options that are paths (the command's flags give ``Path``s)

@@ -104,10 +104,7 @@ def run(args: argparse.Namespace) -> int:
         if kept:
             note("headlab cards", kept)
     data = cards.to_json()
-    if args.html:
-        from headlab.page.atlas import atlas_html
-
-        cards.write(asked, atlas_html(data))
+    if args.html:  # written by the run
         print(f"wrote {args.html}", file=sys.stderr)
     output(args, data, lambda: cards_text(data))
     return 0

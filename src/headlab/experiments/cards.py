@@ -58,6 +58,7 @@ from headlab.models.analysis import word_attention
 from headlab.models.loading import LoadedModel
 from headlab.models.names import DECODER
 from headlab.outputs import check_files, write_text_atomic
+from headlab.page.atlas import atlas_html
 from headlab.progress import NO_PROGRESS, Progress, stage
 from headlab.pruning.importance import gradient_importance
 from headlab.pruning.inputs import build_metrics
@@ -164,8 +165,11 @@ class CardsRequest:
         *,
         notify: Callable[[str], None] = lambda note: None,
     ) -> Cards:
-        """Every head's card (:func:`measure_cards`)."""
-        return measure_cards(lm, self, progress=progress, notify=notify)
+        """Every head's card (:func:`measure_cards`), and the atlas written where ``html``
+        says (:meth:`Cards.write`)."""
+        cards = measure_cards(lm, self, progress=progress, notify=notify)
+        cards.write(self)
+        return cards
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,11 +216,11 @@ class Cards:
             "cards": self.cards,
         }
 
-    def write(self, request: CardsRequest, page: str | None = None) -> None:
-        """Write ``page`` at ``request.html`` atomically: the atlas's text, built a floor above
-        by :func:`headlab.page.atlas.atlas_html` before anything is written."""
-        if request.html and page is not None:
-            write_text_atomic(request.html, page)
+    def write(self, request: CardsRequest) -> None:
+        """Write the atlas (:func:`headlab.page.atlas.atlas_html`) at ``request.html``,
+        atomically, where it asks for one."""
+        if request.html:
+            write_text_atomic(request.html, atlas_html(self.to_json()))
 
 
 # ------------------------------------------------------------------------------- the parts

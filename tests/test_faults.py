@@ -451,6 +451,7 @@ def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any model load, cost measurement or training fails the test: the refusal must come
     first."""
+    import headlab.cli.prune
     import headlab.cli.report
     import headlab.experiments.cost
     import headlab.training.language_model
@@ -461,6 +462,7 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(_model, "load_model", work)
     monkeypatch.setattr(headlab.cli.report, "load_model", work)
+    monkeypatch.setattr(headlab.cli.prune, "load_model", work)
     monkeypatch.setattr(headlab.experiments.cost, "run_cost", work)
     monkeypatch.setattr(headlab.training.language_model, "train_language_model", work)
 
@@ -475,8 +477,20 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
             ["report", "--roles-only", "--out", "{tmp}/r", "--ledger-md", "{ro}/ledger.md"],
             "--ledger-md {ro}/ledger.md",
         ),
+        (
+            ["prune", "--curve", "--compare", "--figure", "{ro}/compare.png"],
+            "--figure {ro}/compare.png",
+        ),
+        (["prune", "--fraction", "0.25", "--out", "{ro}/pruned"], "{ro}/pruned"),
     ],
-    ids=["experiment-figure", "train-out", "report-out", "report-ledger-md"],
+    ids=[
+        "experiment-figure",
+        "train-out",
+        "report-out",
+        "report-ledger-md",
+        "prune-figure",
+        "prune-out",
+    ],
 )
 def test_every_writing_command_refuses_a_read_only_folder_before_any_work(
     argv: list[str],
@@ -512,6 +526,7 @@ FULL = [
     ["experiment", "cost", "--width", "32", "--heads", "1,2", "--lengths", "8", "--rounds", "2"],
     ["train", "--text", "{text}", "--steps", "1", "--context", "16", "--d-model", "32", "--out"],
     ["report", "--model", "tiny-shakespeare", "--limit", "4", "--replicates", "0"],
+    ["prune", "--model", "tiny-shakespeare", "--curve", "--step", "0.5", "--limit", "8", "--json"],
 ]
 
 

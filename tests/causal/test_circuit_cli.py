@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from tests.causal.test_patch_cli import PROMPTS, _fails, _jsonl
+from tests.causal.test_patch_cli import PROMPTS, _fails, _jsonl, corruptions
 from tests.models.tiny import build
 
 from headlab.causal.graph import build_graph
@@ -316,6 +316,12 @@ def _circuit(argv: list[str], capsys) -> tuple[dict, str]:
     return json.loads(captured.out), captured.err
 
 
+def _said(err: str) -> list[str]:
+    """stderr's lines but the same-sign warnings, which the prompts above get in the random
+    model (#58: their clean and corrupted runs both prefer the distractor, slightly)."""
+    return [line for line in err.splitlines() if "the same sign" not in line]
+
+
 def test_a_target_no_circuit_reaches_is_said(run, tmp_path: Path, capsys) -> None:
     """One-edge circuits cannot keep all of the logit difference: the most faithful is kept,
     the JSON says it did not reach the target and stderr says why; --no-classes names no head
@@ -340,8 +346,42 @@ def test_a_target_no_circuit_reaches_is_said(run, tmp_path: Path, capsys) -> Non
     edges = next(p for p in parts if not isinstance(p, str) and p.columns[0] == "sender")
     assert [r[0] for r in edges.rows] == [e["sender"] for e in data["edges"][:3]]
     data, err = _circuit([*argv, "--target", "0.8"], capsys)  # the full graph is in the curve
-    assert data["reached"] is True and data["circuit"]["faithfulness"] >= 0.8 and err == ""
+    assert data["reached"] is True and data["circuit"]["faithfulness"] >= 0.8
+    assert _said(err) == []
     assert all(p["faithfulness"] != 0 or str(p["faithfulness"]) == "0.0" for p in data["curve"])
+
+
+def test_clean_and_corrupted_prompts_of_the_same_sign_are_warned_of(
+    run, tmp_path: Path, capsys
+) -> None:
+    """#58: discovery or held-out prompts whose clean and corrupted logit differences have the
+    same sign (signs from a transformers oracle) are warned of in one line each, naming which
+    prompts and what can exceed 1, as headlab patch warns (the one gap_warning); nothing is said
+    of prompts of opposite signs."""
+    folder = run[0]
+    clean, same, other, ld = corruptions(folder)
+    capsys.readouterr()  # transformers' loading bar of the oracle
+    same_file = _jsonl(tmp_path / "same.jsonl", [{**PROMPTS[0], "corrupt": same}])
+    other_file = _jsonl(tmp_path / "other.jsonl", [{**PROMPTS[0], "corrupt": other}])
+    base = ["--model", str(folder), "--method", "eap", "--no-classes", "--sizes", "1,2"]
+    cases = {  # (discovery, held-out) -> the prompts warned of
+        (same_file, other_file): ["discovery"],
+        (other_file, same_file): ["held-out"],
+        (other_file, other_file): [],
+    }
+    for (found, held), warned in cases.items():
+        argv = [*base, "--prompts", str(found), "--eval-prompts", str(held)]
+        data, err = _circuit([*argv, "--target", "0.01"], capsys)
+        corrupt = ld(same if "discovery" in warned else other)
+        assert data["clean"] == pytest.approx(clean, abs=1e-3)
+        assert data["corrupt"] == pytest.approx(corrupt, abs=1e-3)
+        lines = [line for line in err.splitlines() if "warning" in line]
+        assert len(lines) == len(warned), err
+        for line, which in zip(lines, warned, strict=True):
+            assert line.startswith(f"headlab circuit: warning: the {which} clean and corrupted ")
+            assert "the same sign" in line and "can exceed 1" in line
+        others = [line for line in err.splitlines() if line not in lines]
+        assert all(line.startswith("headlab circuit: no circuit measured") for line in others)
 
 
 def test_prompts_that_cannot_find_a_circuit_are_refused(run, tmp_path: Path, capsys) -> None:
@@ -438,7 +478,7 @@ def test_the_learned_search_measures_the_order_its_masks_give(run, tmp_path: Pat
     data, err = _circuit(
         [*argv, "--mask-edges", "20", "--mask-steps", "30", "--html", str(page)], capsys
     )
-    assert err == f"wrote {page}\n" and page.is_file()
+    assert _said(err) == [f"wrote {page}"] and page.is_file()
     assert data["search"] == "learned"
     assert data["masks"]["target"] == 20 and data["masks"]["steps"] == 30
     assert data["curve"][-1] == {"edges": data["edges_total"], "faithfulness": 1.0}

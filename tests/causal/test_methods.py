@@ -212,3 +212,49 @@ def test_resample_at_one_position_keeps_only_each_prompts_outputs_there(
             width = tiny.layout.heads_per_layer[layer]
             assert z.shape[0] == width and z.dim() == 2  # (H, D)
             assert z.untyped_storage().nbytes() == z.numel() * z.element_size()
+
+
+def test_resample_sources_are_planned_and_refused_beyond_memory(
+    tiny: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#58: the sources kept for --source resample at one position grow with --n; their plan
+    bounds the bytes they hold (each tensor's storage, plus a tensor's bookkeeping), and a task
+    whose sources would not fit is refused in one line naming --n and the most prompts that
+    fit, before any source is computed."""
+    from headlab.attention.memory import MEMORY_SHARE
+    from headlab.causal import activation
+
+    task, _ = _random_task(tiny, 6, 9, seed=4)
+    sources = _previous_at_storages(tiny, task)
+    planned = activation.resample_bytes(tiny, task.n_prompts)
+    tensors = task.n_prompts * tiny.n_layers
+    assert sources <= planned <= sources + tensors * activation.TENSOR_OVERHEAD
+
+    def no_sources(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the sources were computed before their memory was checked")
+
+    available = int(activation.resample_bytes(tiny, 4) / MEMORY_SHARE) + 1  # 4 prompts fit
+    monkeypatch.setattr(activation, "available_bytes", lambda device: available)
+    with monkeypatch.context() as m:
+        m.setattr(activation, "_previous_at", no_sources)
+        with pytest.raises(InputError) as info:
+            activation_patching(tiny, task, source="resample", position=-1)
+    line = str(info.value)
+    assert line.startswith("--n/--prompts: --source resample at one position keeps")
+    assert "\n" not in line and line.endswith("at most 4 prompts fit")
+    # at every position the source is the batch's own clean run, which --n does not grow
+    activation_patching(tiny, task, source="resample", position=None, layers=[0])
+
+
+def _previous_at_storages(tiny: LoadedModel, task: Task) -> int:
+    """The bytes of every distinct storage :func:`_previous_at` keeps."""
+    from headlab.causal.activation import _previous_at
+
+    sources = _previous_at(tiny, task, -1)
+    assert sources is not None
+    seen = {
+        z.untyped_storage().data_ptr(): z.untyped_storage().nbytes()
+        for per_layer in sources.values()
+        for z in per_layer.values()
+    }
+    return sum(seen.values())

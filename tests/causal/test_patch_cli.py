@@ -5,6 +5,7 @@ the file and line, with nothing written."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -296,12 +297,10 @@ def test_a_tokenizer_that_keeps_no_name_whole_says_why_and_what_to_do(
     assert f"keeps {len(words)} of the {len(WORDS[::2])} discovery words" in line
 
 
-def test_clean_and_corrupted_prompts_of_the_same_sign_are_warned_of(
-    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """#58: own prompts whose clean and corrupted logit differences have the same sign give
-    effects that can exceed 1; stderr says so in one line, and says nothing otherwise. The
-    signs come from an oracle: the model's last-position logits through transformers."""
+def corruptions(folder: Path) -> tuple[float, str, str, Callable[[str], float]]:
+    """For PROMPTS[0] in the model at ``folder``: its clean logit difference, a corrupted
+    prompt of the same sign, one of the other sign, and the oracle giving a prompt's logit
+    difference (the model's last-position logits through transformers)."""
     from transformers import AutoModelForCausalLM
 
     from headlab.causal.tasks import prefix_ids
@@ -333,6 +332,17 @@ def test_clean_and_corrupted_prompts_of_the_same_sign_are_warned_of(
         if clean * ld(text) < 0 and other is None:
             other = text
     assert same is not None and other is not None, "no corruption of either sign"
+    return clean, same, other, ld
+
+
+def test_clean_and_corrupted_prompts_of_the_same_sign_are_warned_of(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#58: own prompts whose clean and corrupted logit differences have the same sign give
+    effects that can exceed 1; stderr says so in one line, and says nothing otherwise. The
+    signs come from an oracle: the model's last-position logits through transformers."""
+    clean, same, other, ld = corruptions(folder)
+    base = PROMPTS[0]
     capsys.readouterr()  # transformers' loading bar of the oracle
     for corrupt, warned in ((same, True), (other, False)):
         path = _jsonl(tmp_path / "p.jsonl", [{**base, "corrupt": corrupt}])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -205,6 +206,32 @@ def test_compare_runs_the_three_methods_with_recovery(
     from headlab.pruning.workflow import read_pruning_json
 
     assert read_pruning_json(data, "compare.json")["methods"][0]["curve"]
+
+
+def test_a_figure_that_cannot_be_written_after_the_work_is_one_line(
+    bert_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """#58: a disk that fills up after the checks: the compare figure's write fails in one line
+    naming the file, no traceback, nothing half-written and no JSON printed as if it were."""
+    import errno
+    import os
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def full(*args: Any, dir: Any = None, **kwargs: Any) -> Any:
+        if dir is not None and Path(dir) == tmp_path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    figure = tmp_path / "compare.png"
+    args = ["prune", "--model", str(bert_folder), "--curve", "--compare", "--limit", "120"]
+    args += ["--l0-steps", "2", "--step", "0.5", "--json", "--figure", str(figure)]
+    assert main(["-q", *args]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"headlab: error: cannot write {figure}: No space left on device\n"
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
 
 
 def test_the_gates_decide_and_recovery_is_saved(

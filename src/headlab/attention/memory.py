@@ -26,6 +26,10 @@ from pathlib import Path
 
 import torch
 
+#: the share of :func:`available_bytes` a run may plan to fill (the rest: Python, torch, the OS);
+#: every check that refuses a size before it runs out plans against it
+MEMORY_SHARE = 0.8
+
 #: from this many bytes a tensor goes on huge pages (glibc maps every allocation this large
 #: afresh; smaller ones usually reuse memory that is already faulted in)
 HUGE_FROM = 32 << 20

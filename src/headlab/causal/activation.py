@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from headlab.attention.memory import MEMORY_SHARE, available_bytes
 from headlab.causal.methods import SOURCES
 from headlab.causal.metric import (
     MAX_ROWS,
@@ -48,6 +49,7 @@ from headlab.models.patching import (
     starting_at,
 )
 from headlab.progress import NO_PROGRESS, Progress, stage
+from headlab.text import human_bytes
 
 
 @dataclass
@@ -188,6 +190,8 @@ def activation_patching(
     units = sum(_units(lm, layer, component) for layer in chosen_layers)
     unit = "heads" if component == "z" else "KV heads"
     label, total, counted = batched(f"patching {unit}", units, len(task.batches), unit)
+    if source == "resample" and position is not None:
+        check_resample_memory(lm, task.n_prompts)  # before the sources are computed
     with torch.inference_mode():
         means = _mean_heads(lm, task) if source == "mean" else None
         others = _previous_at(lm, task, position) if source == "resample" else None
@@ -262,6 +266,44 @@ def _mean_heads(lm: LoadedModel, task: Task) -> dict[int, torch.Tensor]:
             sums[layer] = total if layer not in sums else sums[layer] + total
         count += batch.clean.numel()
     return {layer: total / count for layer, total in sums.items()}
+
+
+#: bytes a kept tensor costs beside its data (the Python object, its TensorImpl and storage,
+#: a dict entry), counted generously in :func:`resample_bytes`
+TENSOR_OVERHEAD = 1024
+
+
+def resample_bytes(lm: LoadedModel, n_prompts: int) -> int:
+    """The bytes :func:`_previous_at` keeps for ``n_prompts`` prompts: each prompt's head
+    outputs ``(H, D)`` at one position, per layer, in the model's dtype, each a tensor of its
+    own (:data:`TENSOR_OVERHEAD` beside its data)."""
+    size = torch.empty((), dtype=lm.dtype).element_size()
+    layout = lm.layout
+    width = layout.mla.v_head_dim if layout.mla is not None else layout.head_dim
+    per_prompt = sum(h * width * size + TENSOR_OVERHEAD for h in layout.heads_per_layer)
+    return n_prompts * per_prompt
+
+
+def check_resample_memory(lm: LoadedModel, n_prompts: int) -> None:
+    """Refuse, before any source is computed, ``--source resample`` at one position for more
+    prompts than fit :data:`~headlab.attention.memory.MEMORY_SHARE` of the memory ``lm``'s
+    device has available (:func:`resample_bytes`).
+
+    Raises:
+        InputError: one line naming ``--n``, the planned bytes, the memory available and the
+            most prompts that fit.
+    """
+    available = available_bytes(torch.device(lm.device))
+    planned = resample_bytes(lm, n_prompts)
+    if available is None or planned <= MEMORY_SHARE * available:
+        return
+    fits = int(MEMORY_SHARE * available // resample_bytes(lm, 1))
+    raise InputError(
+        f"--n/--prompts: --source resample at one position keeps each of the {n_prompts:,} "
+        f"prompts' head outputs there ({lm.n_layers} layers x their heads x their width), about "
+        f"{human_bytes(planned)}, more than {MEMORY_SHARE:.0%} of the {human_bytes(available)} "
+        f"available here; at most {fits:,} prompts fit"
+    )
 
 
 def _previous_at(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headlab.attention.memory import available_bytes
+from headlab.attention.memory import MEMORY_SHARE, available_bytes
 from headlab.causal.edges import EdgeRun
 from headlab.causal.graph import Graph
 from headlab.causal.metric import check_task, last_logits, logit_difference
@@ -82,10 +82,6 @@ class LearnedMasks:
     kept: float
     loss: list[float]
     seconds: float
-
-
-#: the share of the available memory the corrupted runs kept for the search may fill
-MEMORY_SHARE = 0.8
 
 
 def kept_bytes(lm: LoadedModel, graph: Graph, task: Task) -> int:

@@ -103,19 +103,26 @@ def _normalize(clean: float, corrupt: float, patched: torch.Tensor, task: str) -
     return (clean - patched) / gap
 
 
-def gap_warning(clean: float, corrupt: float) -> str | None:
+def gap_warning(
+    clean: float,
+    corrupt: float,
+    *,
+    prompts: str = "the clean and corrupted prompts",
+    measures: str = "effects",
+) -> str | None:
     """One line when the clean and corrupted prompts' mean logit differences have the same
     sign (``None`` otherwise): the corruption then removes only part of the behaviour, and
-    effects, shares of that part (:func:`_normalize`), can exceed 1 or fall below 0."""
+    ``measures`` (patch's effects, circuit's faithfulness), shares of that part
+    (:func:`_normalize`), can exceed 1 or fall below 0. ``prompts`` names the prompts."""
     if clean * corrupt <= 0:
         return None
-    prefer = "answer" if clean > 0 else "distractor"
+    prefer, other = ("answer", "distractor") if clean > 0 else ("distractor", "answer")
     return (
-        f"the clean and corrupted prompts both prefer the {prefer} (mean logit difference "
-        f"{clean:.3g} and {corrupt:.3g}, the same sign): effects are shares of the "
+        f"{prompts} both prefer the {prefer} (mean logit difference "
+        f"{clean:.3g} and {corrupt:.3g}, the same sign): {measures} are shares of the "
         f"{clean - corrupt:.3g} between them and can exceed 1 or fall below 0; corrupted "
         "prompts that remove what the answer depends on (so that they score the answer and the "
-        "distractor alike, or prefer the distractor) give effects from 0 to 1"
+        f"distractor alike, or prefer the {other}) give {measures} from 0 to 1"
     )
 
 

@@ -111,12 +111,29 @@ def run(args: argparse.Namespace) -> int:
     lm = load_model(args, with_lm_head=True)
     with progress_for(args, "headlab circuit") as progress:
         found = circuit.run(lm, progress, notify=_note)  # --html and --figure written
+    _gap_warnings(found.result)
     data = found.to_json()
     for path in (args.html, args.figure):
         if path:
             print(f"wrote {path}", file=sys.stderr)
     output(args, data, lambda: circuit_text(data, args.top))
     return 0
+
+
+def _gap_warnings(result: Any) -> None:
+    """A line for each set of prompts, discovery or held-out, whose clean and corrupted runs
+    prefer the same token, as headlab patch says it (:func:`gap_warning`)."""
+    from headlab.causal.metric import gap_warning
+
+    sets = (
+        ("discovery", result.scores, "the senders' effects"),
+        ("held-out", result.curve, "the circuits' faithfulness values"),
+    )
+    for which, measured, measures in sets:
+        prompts = f"the {which} clean and corrupted prompts"
+        warning = gap_warning(measured.clean, measured.corrupt, prompts=prompts, measures=measures)
+        if warning:
+            note("headlab circuit", warning, kind="warning: ")
 
 
 def _note(line: str) -> None:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from headlab.attention.blocks import attention_weights
-from headlab.attention.memory import available_bytes
+from headlab.attention.memory import MEMORY_SHARE, available_bytes
 from headlab.attention.module import MultiHeadAttention
 from headlab.errors import ConfigError, InputError
 from headlab.experiments.peak import MEMORY_METHOD, peak_bytes
@@ -411,8 +411,6 @@ def measure_point(opts: CostOptions, heads: int, length: int, device: torch.devi
 PEAK_PER_WEIGHT = {"forward": 2 * 4, "backward": 4 * 4}
 #: float32 activations of width ``E`` per token alive beside them (input, q, k, v, output, grads)
 ACTIVATIONS_PER_TOKEN = 32
-#: the share of the available memory a run may plan to fill (the rest: Python, torch, the OS)
-MEMORY_SHARE = 0.8
 
 
 def planned_peak(opts: CostOptions, heads: int, length: int) -> int:

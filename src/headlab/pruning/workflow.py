@@ -18,6 +18,7 @@ from headlab import distributed
 from headlab.errors import InputError, OutputExistsError, PruningError
 from headlab.models.dispatch import refuse_offloaded
 from headlab.models.loading import LoadedModel
+from headlab.outputs import check_files
 from headlab.progress import NO_PROGRESS, Progress
 from headlab.pruning import methods
 from headlab.pruning.cost import count_parameters, folder_bytes, forward_flops, forward_ms
@@ -292,14 +293,18 @@ class PruneRequest:
         self.check()
 
     def check(self) -> None:
-        """The options and the output folder, before any model loads.
+        """The options and the output places (the ``out`` folder, the ``figure``), before any
+        model loads.
 
         Raises:
-            InputError: options that do not go together, bad numbers or data files.
+            InputError: options that do not go together, bad numbers or data files, a figure
+                that is not a PNG or cannot be written there.
             OutputExistsError: an ``out`` folder that may not be replaced.
+            OutputError: an ``out`` folder that cannot be written there.
         """
         check_request(self.options, curve=self.curve, figure=self.figure is not None)
         self.options.check()
+        check_files([("--figure", self.figure, ".png")])
 
     def ready(self, load: Callable[[bool], LoadedModel]) -> LoadedModel:
         """The model to prune, loaded by ``load(with_lm_head)`` and made ready

@@ -8,11 +8,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors import SafetensorError
 
+from headlab.attention.memory import available_bytes
 from headlab.errors import InputError
 from headlab.outputs import atomic_folder, check_output, write_error
 from headlab.progress import Progress
+from headlab.training import plan
 from headlab.training.model import ModelConfig, TinyTransformer, save_checkpoint, to_gpt2
 from headlab.training.tasks import lm_loss, perplexity, prepare_text
 from headlab.training.trainer import TrainConfig, seed_everything, train
@@ -60,6 +63,20 @@ class LMRecipe:
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise InputError(f"lr must be a positive finite number, got {self.lr!r}")
 
+    def check_memory(self, available: int | None) -> None:
+        """Refuse sizes whose training would not fit ``available`` bytes (``None``: not known)
+        in one line naming the flag and the most that fits (:func:`plan.check_memory`)."""
+        plan.check_memory(
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            context=self.context,
+            vocab=self.vocab_size,
+            batch=self.batch_size,
+            available=available,
+        )
+
 
 def train_language_model(
     text: str,
@@ -76,6 +93,7 @@ def train_language_model(
     if len(text) < 10_000:
         raise InputError(f"the training text has {len(text)} characters; give at least 10,000")
     check_output(out, overwrite=overwrite, kind=KIND)  # before the training, not after
+    recipe.check_memory(available_bytes(torch.device("cpu")))  # before the tokenizer's training
     tok, ids, held = prepare_text(text, recipe.vocab_size)
     shortest = min(ids.numel(), held.numel())
     if shortest <= recipe.context + 1:

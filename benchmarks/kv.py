@@ -72,6 +72,9 @@ def main() -> None:
     parser.add_argument(
         "--all", action=argparse.BooleanOptionalAction, default=True, help="every head streaming"
     )
+    parser.add_argument(
+        "--full", action=argparse.BooleanOptionalAction, default=True, help="the full cache"
+    )
     args = parser.parse_args()
     lm = load("smollm2", with_lm_head=True)
     request = KVRequest(
@@ -93,7 +96,7 @@ def main() -> None:
         "passkey_tokens": [p.ids.shape[1] for p in prompts],
         "curve": [],
     }
-    plan: list[tuple[str, list[tuple[int, int]]]] = [("full", [])]
+    plan: list[tuple[str, list[tuple[int, int]]]] = [("full", [])] if args.full else []
     for fraction in (float(f) for f in args.fractions.split(",")):
         for choice in args.choices.split(","):
             heads = (

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from tests.models.tiny import build
@@ -116,7 +117,8 @@ def _kv(folder: Path, **flags: Any) -> dict[str, Any]:
 
 def test_the_head_set_is_written_and_read_back(folder: Path, tmp_path: Path) -> None:
     out = tmp_path / "heads.json"
-    first = _kv(folder, fraction=0.5, heads_out=str(out), passkeys=2)
+    duo = tmp_path / "duo"
+    first = _kv(folder, fraction=0.5, heads_out=str(out), duo_out=str(duo), passkeys=2)
     saved = read_heads(str(out))
     assert saved["streaming"] == first["streaming"] and len(first["streaming"]) == 2
     streaming = {tuple(h) for h in first["streaming"]}
@@ -125,6 +127,13 @@ def test_the_head_set_is_written_and_read_back(folder: Path, tmp_path: Path) -> 
     ]
     both = torch.maximum(*(torch.tensor(first["scores"][k]) for k in ("outside", "retrieval")))
     lowest = choose(both, 0.5)  # the default score: a head is needed when either says so
+    # DuoAttention's loader reads its pattern with np.loadtxt(..., delimiter="\t")
+    matrix = np.loadtxt(duo / "full_attention_heads.tsv", dtype=float, delimiter="\t")
+    assert matrix.tolist() == saved["full_attention_heads"]
+    assert json.loads((duo / "config.json").read_text()) == {
+        "sink_size": SINK,
+        "recent_size": WINDOW,
+    }
     assert [list(h) for h in lowest] == first["streaming"]
     again = _kv(folder, heads_from=str(out))
     assert again["streaming"] == first["streaming"] and again["scores"] == {}

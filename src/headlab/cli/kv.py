@@ -83,6 +83,13 @@ def add_parser(sub: Any) -> None:
         help="write the chosen heads as JSON (a later --heads-from reads it)",
     )
     p.add_argument(
+        "--duo-out",
+        type=text("a folder"),
+        metavar="FOLDER",
+        help="also write the set as DuoAttention's attention pattern (full_attention_heads.tsv "
+        "and config.json with sink_size and recent_size)",
+    )
+    p.add_argument(
         "--curve",
         type=listed(number(0.0, 1.0), "fractions separated by commas", "0.25,0.5,0.75"),
         metavar="F,F,...",
@@ -107,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     lm = load_model(args, with_lm_head=True)
     with progress_for(args, "headlab kv") as progress:
         data = asked.run(lm, progress).to_json()
-    if args.heads_out:
-        print(f"wrote {args.heads_out}", file=sys.stderr)
+    for path in (args.heads_out, args.duo_out):
+        if path:
+            print(f"wrote {path}", file=sys.stderr)
     output(args, data, lambda: kv_text(data, args.top))
     return 0

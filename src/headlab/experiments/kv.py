@@ -71,6 +71,8 @@ class KVRequest:
         seed: the passkeys' keys and the random choice.
         heads_from: a head set written by ``--heads-out``, used instead of choosing.
         heads_out: where to write the chosen set (JSON).
+        duo_out: a folder to write the set in DuoAttention's attention-pattern layout
+            (``full_attention_heads.tsv`` and ``config.json``, :meth:`KVResult.write_duo`).
         curve: fractions at which to measure heads chosen by ``score`` and at random: KV
             bytes, passkey accuracy (``passkeys`` prompts not scored), perplexity and
             milliseconds per token over ``decode`` greedy tokens.
@@ -88,6 +90,7 @@ class KVRequest:
     seed: int = 0
     heads_from: str | None = None
     heads_out: str | None = None
+    duo_out: str | None = None
     curve: tuple[float, ...] | None = None
     decode: int = 16
 
@@ -115,6 +118,12 @@ class KVRequest:
                 f"{self.context}: nothing would be evicted (expected window + sink < context)"
             )
         check_files([("--heads-out", self.heads_out, ".json")])
+        if self.duo_out is not None:
+            where = Path(self.duo_out)
+            if where.exists() and not where.is_dir():
+                raise InputError(f"--duo-out {self.duo_out}: exists and is not a folder")
+            if not where.parent.is_dir():
+                raise InputError(f"--duo-out {self.duo_out}: folder {where.parent} does not exist")
         if self.text is not None and not Path(self.text).is_file():
             raise InputError(f"--text {self.text}: no such file")
         if self.heads_from is not None:
@@ -194,6 +203,18 @@ class KVResult:
                 for layer in range(self.n_layers)
             ],
         }
+
+    def write_duo(self, folder: str) -> None:
+        """The set as DuoAttention's loader (``duo_attn.utils.load_attn_pattern``) reads it:
+        ``full_attention_heads.tsv``, one tab-separated row per layer, 1 for a KV head that
+        keeps everything, and ``config.json`` with ``sink_size`` and ``recent_size``."""
+        where = Path(folder)
+        where.mkdir(exist_ok=True)
+        rows = self.heads_json()["full_attention_heads"]
+        tsv = "".join("\t".join(str(v) for v in row) + "\n" for row in rows)
+        write_text_atomic(where / "full_attention_heads.tsv", tsv)
+        config = {"sink_size": self.sink, "recent_size": self.window}
+        write_text_atomic(where / "config.json", json.dumps(config, indent=1) + "\n")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -367,6 +388,8 @@ def run_kv(lm: LoadedModel, request: KVRequest, progress: Progress = NO_PROGRESS
     )
     if request.heads_out:
         write_text_atomic(request.heads_out, json.dumps(result.heads_json(), indent=1) + "\n")
+    if request.duo_out:
+        result.write_duo(request.duo_out)
     return result
 
 

@@ -89,7 +89,7 @@ def test_the_command_writes_an_atlas_that_opens(
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto((cards["out"] / "atlas.html").as_uri())
     page.wait_for_selector("body[data-ready='1']")
-    assert errors == [] and page.locator("#grid a").count() == 8
+    assert errors == [] and page.locator("#grid button").count() == 8
     page.close()
 
 
@@ -98,13 +98,13 @@ def test_opens_offline_on_the_permalink_and_every_card_is_reachable(
 ) -> None:
     assert [u for u in page.requests if not u.startswith(("file://", "data:"))] == []
     assert page.locator("#card-title").text_content().startswith("Head 1.2 ")
-    assert page.locator("#grid a").count() == len(data["cards"]) == 8
+    assert page.locator("#grid button").count() == len(data["cards"]) == 8
     for card in data["cards"]:
-        page.click(f"#grid a[href='#{card['id']}']")
+        page.click(f"#grid button[id='cell-{card['id']}']")
         assert page.locator("#card-title").text_content().startswith(f"Head {card['id']} ")
         assert page.locator("#card .verdict").text_content() == card["verdict"]
         assert page.evaluate("location.hash") == f"#{card['id']}"
-        assert page.locator("#grid a.chosen").count() == 1
+        assert page.locator("#grid button.chosen").count() == 1
     # a card's numbers are the JSON's: its patching effects and its first promoted token
     page.goto(page.url.split("#")[0] + "#1.1")
     page.wait_for_selector("#card-title")
@@ -126,7 +126,7 @@ def test_the_filters_show_exactly_the_heads_that_match(page: Any, data: dict[str
     assert _listed(page) == every
     page.select_option("#f-role", "sink")
     assert _listed(page) == [c["id"] for c in data["cards"] if c["looks"]["role"] == "sink"]
-    assert page.locator("#grid a.dim").count() == 8 - len(_listed(page))
+    assert page.locator("#grid button.dim").count() == 8 - len(_listed(page))
     page.click("#f-clear")
     page.select_option("#f-task", "induction")
     page.fill("#f-effect", "0.1")

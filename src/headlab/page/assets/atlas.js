@@ -7,8 +7,9 @@ const STYLES = data.styles;
 const cards = data.cards;
 const byId = {};
 cards.forEach((c) => { byId[c.id] = c; });
-const width = Math.max.apply(null, data.heads_in_layer);
-const patched = !("patch" in data.skipped);
+// the built-in tasks patched: those whose prompts this tokenizer could draw
+const tasksDone = data.settings.tasks.filter((t) => !(("task " + t) in data.skipped));
+const patched = !("patch" in data.skipped) && tasksDone.length > 0;
 
 function roleOf(c) { return c.looks ? c.looks.role : null; }
 function num(v, digits) {
@@ -77,7 +78,7 @@ function setUpFilters() {
     if (present.indexOf(r) < 0) present.push(r);
   });
   present.forEach((r) => fRole.appendChild(el("option", { value: r }, r)));
-  data.settings.tasks.forEach((t) => fTask.appendChild(el("option", { value: t }, t)));
+  tasksDone.forEach((t) => fTask.appendChild(el("option", { value: t }, t)));
   if (!patched) { fEffect.disabled = true; fTask.disabled = true; }
   [fRole, fTask, fEffect, fToken, fVerdict].forEach((f) => f.addEventListener("input", refresh));
   document.getElementById("f-clear").addEventListener("click", () => {
@@ -87,27 +88,18 @@ function setUpFilters() {
 }
 
 // ---------------------------------------------------------------- the grid
-function drawGrid() {
-  const t = el("table"), head = el("tr");
-  head.appendChild(el("th", {}, "layer"));
-  for (let h = 0; h < width; h++) head.appendChild(el("th", {}, h));
-  t.appendChild(head);
-  data.heads_in_layer.forEach((count, layer) => {
-    const tr = el("tr");
-    tr.appendChild(el("th", {}, layer));
-    for (let h = 0; h < width; h++) {
-      const td = el("td");
-      if (h < count) {
-        const c = byId[layer + "." + h], role = roleOf(c);
-        const style = role ? STYLES[role] : null;
-        const a = el("a", { href: "#" + c.id, id: "cell-" + c.id, title: c.id + ": " + c.verdict },
-          style ? style.letter : "\u00b7");
-        a.style.background = style ? style.colour : "#f4f4f4";
-        td.appendChild(a);
-      }
-      tr.appendChild(td);
-    }
-    t.appendChild(tr);
+// grid.js's grid of heads, each cell in its role's colour and letter; a click opens the card
+// at its permalink (#L.H)
+function atlasGrid() {
+  const t = headGrid(data.heads_in_layer, {
+    cell: (b, l, h) => {
+      const c = byId[l + "." + h];
+      b.id = "cell-" + c.id;
+      b.title = c.id + ": " + c.verdict;
+      b.textContent = "\u00b7";
+    },
+    roles: { of: (l, h) => (roleOf(byId[l + "." + h]) ? byId[l + "." + h].looks : null), style: STYLES, fill: true },
+    onClick: (l, h) => { location.hash = "#" + l + "." + h; },
   });
   document.getElementById("grid").replaceChildren(t);
   const legend = document.getElementById("legend");
@@ -238,7 +230,7 @@ function costsPart(c) {
 }
 function show(id) {
   const c = byId[id], box = document.getElementById("card");
-  document.querySelectorAll("#grid a.chosen").forEach((a) => a.classList.remove("chosen"));
+  document.querySelectorAll("#grid button.chosen").forEach((b) => b.classList.remove("chosen"));
   if (!c) {
     box.replaceChildren(el("p", { class: "muted" }, id ? "No head " + id + " in this model." : "Choose a head in the grid."));
     return;
@@ -251,12 +243,12 @@ function show(id) {
 // ---------------------------------------------------------------- start
 document.getElementById("summary").textContent = data.model + ": " + cards.length + " heads in " +
   data.layers + " layers; roles from " + (data.roles_from || "none") +
-  (patched ? "; patched on " + data.settings.tasks.join(", ") + " (" + data.settings.n + " prompts, seed " + data.settings.seed + ")" : "");
+  (patched ? "; patched on " + tasksDone.join(", ") + " (" + data.settings.n + " prompts, seed " + data.settings.seed + ")" : "");
 const gone = Object.entries(data.skipped);
 document.getElementById("skipped").textContent = gone.length
   ? "Left out: " + gone.map(([k, v]) => k + " (" + v + ")").join("; ") : "";
 data.rules.forEach((r) => document.getElementById("rule-list").appendChild(el("li", {}, r)));
-drawGrid();
+atlasGrid();
 setUpFilters();
 refresh();
 window.addEventListener("hashchange", () => show(decodeURIComponent(location.hash.slice(1))));

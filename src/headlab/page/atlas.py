@@ -22,7 +22,13 @@ def atlas_html(data: dict[str, Any]) -> str:
     """The atlas of one model's cards (``headlab.cards/1``), every role's colour and letter as
     on the report's grid (:func:`~headlab.page.styles.role_styles`)."""
     css = _asset("atlas.css")
-    js = '"use strict";\n(function () {\n' + _asset("draw.js") + _asset("grid.js") + _asset("atlas.js") + "})();\n"
+    js = (
+        '"use strict";\n(function () {\n'
+        + _asset("draw.js")
+        + _asset("grid.js")
+        + _asset("atlas.js")
+        + "})();\n"
+    )
     roles = sorted({c["looks"]["role"] for c in data["cards"] if c.get("looks")})
     title = f"{data['model']}: one card per head"
     return fill(

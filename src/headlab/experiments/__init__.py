@@ -8,9 +8,9 @@
 - :mod:`~headlab.experiments.circuit_request` (and ``circuit``, ``head_classes``): a
   behaviour's circuit found and measured, its heads named from evidence (``headlab circuit``).
 - :mod:`~headlab.experiments.agreement`: roles checked against patching.
-- :mod:`~headlab.experiments.cards` (and ``card_verdict``): one card per head joining its
-  roles, composition, OV circuit, patching, DLA, cost and importance, with a verdict
-  (``headlab cards``).
+- :mod:`~headlab.experiments.cards` (and ``card_parts``, ``card_verdict``): one card per head
+  joining its roles, composition, OV circuit, patching, DLA, cost and importance, with a
+  verdict (``headlab cards``).
 - :mod:`~headlab.experiments.kv` (and ``kv_scores``, ``kv_measure``): which KV heads need the
   whole context, and the smaller cache the others allow (``headlab kv``).
 """
